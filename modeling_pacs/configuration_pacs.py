@@ -1,0 +1,93 @@
+"""PAC-S++ configuration."""
+
+from transformers import AutoConfig, CLIPConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+# Metric variants and their default w (SPEC §1: PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official PAC-S code).
+VARIANT_DEFAULT_W = {"clip_s": 2.5, "pac_s": 2.0, "pac_s_pp": 2.5}
+# Display names of the reference-free and reference-based scores of each variant.
+VARIANT_SCORE_NAMES = {
+    "clip_s": ("CLIP-S", "RefCLIP-S"),
+    "pac_s": ("PAC-S", "RefPAC-S"),
+    "pac_s_pp": ("PAC-S++", "RefPAC-S++"),
+}
+# Official PAC-S++ adapter placement (SPEC §3): every attention projection and both MLP linears of both towers.
+# The patch-embedding delta is merged into the base weights, because PEFT cannot express its factorisation.
+DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
+
+
+class PACSConfig(PreTrainedConfig):
+    r"""
+    Configuration of a [`PACSModel`]: a CLIP-style dual encoder, optional LoRA adapters, and the scoring constants.
+
+    Args:
+        backbone_config (`dict` or `CLIPConfig`, *optional*):
+            Configuration of the dual encoder. Stored as a sub-config resolved through `AutoConfig`, so other
+            backbones (SigLIP, SigLIP2) can be added without changing this class. Defaults to CLIP ViT-B/32.
+        variant (`str`, *optional*, defaults to `"pac_s_pp"`):
+            `"clip_s"`, `"pac_s"` or `"pac_s_pp"`. Chooses the default `w` and the names of the scores.
+        w (`float`, *optional*):
+            Rescaling weight of Eq. 4. Defaults to 2.5 for CLIP-S and PAC-S++ ViT-B/32, 2.0 for PAC-S.
+        prompt_prefix (`str`, *optional*, defaults to `"A photo depicts "`):
+            Prepended to every candidate and reference before tokenisation (may be empty).
+        max_text_length (`int`, *optional*, defaults to 77):
+            Context length; longer texts are truncated keeping the end-of-text token in the last position.
+        adapter_path (`str`, *optional*):
+            Where the PEFT LoRA adapter lives: a sub-folder of the model directory, an absolute path, or a Hub id.
+            `None` means the weights already contain everything (CLIP-S, PAC-S, or a merged PAC-S++).
+        merge_adapter (`bool`, *optional*, defaults to `True`):
+            Merge the adapter into the base weights after loading (faster inference, identical scores).
+        lora_rank (`int`, *optional*, defaults to 4), lora_alpha (`float`, *optional*, defaults to 1.0),
+        lora_target_modules (`list[str]`, *optional*):
+            LoRA settings of the official PAC-S++ recipe (r=4, alpha=1, i.e. scaling 0.25).
+        base_model_id (`str`, *optional*, defaults to `"openai/clip-vit-base-patch32"`):
+            Hub id of the backbone the adapter was trained on; written into `adapter_config.json`.
+
+    Example:
+
+    ```python
+    >>> from transformers import CLIPConfig
+    >>> from modeling_pacs import PACSConfig, PACSModel
+    >>> config = PACSConfig(variant="clip_s", adapter_path=None)
+    >>> config.w
+    2.5
+    >>> model = PACSModel(config)
+    ```
+    """
+
+    model_type = "pac_s_pp"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="clip")}
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    variant: str = "pac_s_pp"
+    w: float | None = None
+    prompt_prefix: str = "A photo depicts "
+    max_text_length: int = 77
+    adapter_path: str | None = "adapter"
+    merge_adapter: bool = True
+    lora_rank: int = 4
+    lora_alpha: float = 1.0
+    lora_target_modules: list[str] | None = None
+    base_model_id: str = "openai/clip-vit-base-patch32"
+
+    def __post_init__(self, **kwargs):
+        if self.variant not in VARIANT_DEFAULT_W:
+            raise ValueError(f"variant must be one of {sorted(VARIANT_DEFAULT_W)}, got {self.variant!r}")
+        if self.w is None:
+            self.w = VARIANT_DEFAULT_W[self.variant]
+        if self.lora_target_modules is None:
+            self.lora_target_modules = list(DEFAULT_LORA_TARGET_MODULES)
+        if self.backbone_config is None:
+            self.backbone_config = CLIPConfig()
+        elif isinstance(self.backbone_config, dict):
+            backbone = dict(self.backbone_config)
+            self.backbone_config = AutoConfig.for_model(backbone.pop("model_type", "clip"), **backbone)
+        super().__post_init__(**kwargs)
+
+    @property
+    def score_names(self) -> tuple[str, str]:
+        """Names of the reference-free and reference-based scores, e.g. `("PAC-S++", "RefPAC-S++")`."""
+        return VARIANT_SCORE_NAMES[self.variant]
+
+
+__all__ = ["PACSConfig"]

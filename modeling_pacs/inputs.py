@@ -1,0 +1,219 @@
+"""Input validation and the exact text and image pipelines of the official PAC-S code (SPEC §1).
+
+Images: any PIL mode is converted to RGB first, then resized (shorter side, bicubic), center-cropped and normalised
+exactly as torchvision's `Resize` / `CenterCrop` / `ToTensor` / `Normalize` do in the official code. transformers'
+`CLIPImageProcessor` crops with `int()` where torchvision rounds, so it differs by one pixel row on some sizes.
+"""
+
+import hashlib
+import html
+import importlib.util
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+import PIL.Image
+import torch
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+ImageInput = Union[str, os.PathLike, bytes, bytearray, PIL.Image.Image, np.ndarray, torch.Tensor, dict]
+
+
+# ----------------------------------------------------------------------------------------------------- texts
+def check_captions(captions: Sequence[Any], what: str = "candidate") -> list[str]:
+    """Return `captions` as a list of strings, or raise naming the first item that is not a string."""
+    if isinstance(captions, str):
+        raise TypeError(f"{what}s must be a list of strings, got a single string: wrap it in a list")
+    captions = list(captions)
+    for index, caption in enumerate(captions):
+        if not isinstance(caption, str):
+            raise TypeError(f"{what} {index} is {type(caption).__name__} ({caption!r}), expected a string")
+    return captions
+
+
+def check_references(references: Sequence[Any], num_candidates: int) -> list[list[str]]:
+    """Validate references: one list of strings (or one string) per candidate, none of them empty."""
+    if isinstance(references, str):
+        raise TypeError("references must be a list with one list of reference strings per candidate")
+    references = list(references)
+    if len(references) != num_candidates:
+        raise ValueError(
+            f"got {len(references)} reference lists for {num_candidates} candidates: pass one list of references "
+            "per candidate (or references=None for the reference-free score)"
+        )
+    checked = []
+    for index, item_references in enumerate(references):
+        if isinstance(item_references, str):
+            item_references = [item_references]
+        if item_references is None or len(item_references) == 0:
+            raise ValueError(
+                f"item {index} has an empty reference list: a reference-based score needs at least one reference "
+                "per item (drop the item, or use the reference-free score)"
+            )
+        for ref_index, reference in enumerate(item_references):
+            if not isinstance(reference, str):
+                raise TypeError(
+                    f"reference {ref_index} of item {index} is {type(reference).__name__} ({reference!r}), "
+                    "expected a string"
+                )
+        checked.append(list(item_references))
+    return checked
+
+
+def clean_text(text: str) -> str:
+    """The original CLIP tokenizer's cleaning: ftfy, double html-unescape, whitespace collapse (case is left to BPE)."""
+    if importlib.util.find_spec("ftfy") is not None:
+        import ftfy  # optional, as in transformers 4's CLIP tokenizer; `pacs-pp` depends on it
+
+        text = ftfy.fix_text(text)
+    else:
+        logger.warning_once("ftfy is not installed: text is not ftfy-cleaned, unlike the original CLIP tokenizer")
+    return " ".join(html.unescape(html.unescape(text)).split())
+
+
+def prepare_caption(caption: str, prompt_prefix: str) -> str:
+    """Whitespace-normalise, prepend the prompt prefix, and clean as the original tokenizer does."""
+    return clean_text(prompt_prefix + " ".join(caption.split()))
+
+
+# ----------------------------------------------------------------------------------------------------- images
+def describe_image(image: Any) -> str:
+    """A short description of an image input for error messages."""
+    if isinstance(image, (str, os.PathLike)):
+        return f"'{os.fspath(image)}'"
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return f"{len(image)} bytes"
+    if isinstance(image, dict):
+        return f"dict with keys {sorted(image)}"
+    shape = getattr(image, "shape", None) or getattr(image, "size", None)
+    return f"{type(image).__name__} {tuple(shape) if shape is not None else ''}".strip()
+
+
+def image_key(image: Any) -> Any:
+    """A key under which identical images collide, so each distinct image is encoded once per call."""
+    if isinstance(image, (str, os.PathLike)):
+        return ("path", os.path.abspath(os.fspath(image)))
+    if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
+        return ("path", os.path.abspath(image["path"]))
+    if isinstance(image, dict):
+        return ("bytes", hashlib.blake2b(bytes(image["bytes"]), digest_size=16).digest())
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return ("bytes", hashlib.blake2b(bytes(image), digest_size=16).digest())
+    if isinstance(image, PIL.Image.Image):
+        return ("pil", id(image))
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    if isinstance(image, np.ndarray):
+        digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest()
+        return ("array", image.shape, str(image.dtype), digest)
+    return ("object", id(image))
+
+
+def to_rgb(image: PIL.Image.Image) -> PIL.Image.Image:
+    """Convert any PIL mode to 8-bit RGB; 16/32-bit integer images are rescaled rather than clipped."""
+    if image.mode == "RGB":
+        return image
+    if image.mode.startswith("I"):
+        values = np.asarray(image).astype(np.float64)
+        image = PIL.Image.fromarray(np.clip(np.round(values / 257.0), 0, 255).astype(np.uint8))
+    elif image.mode == "F":
+        image = PIL.Image.fromarray(np.clip(np.round(np.asarray(image)), 0, 255).astype(np.uint8))
+    return image.convert("RGB")
+
+
+def array_to_pil(array: np.ndarray, index: int) -> PIL.Image.Image:
+    """HWC or HW array (uint8 0-255, or float 0-1) -> PIL image; CHW tensors of 1 or 3 channels are transposed."""
+    if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3, 4):
+        array = array.transpose(1, 2, 0)
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
+        raise ValueError(
+            f"image {index} is an array of shape {array.shape}: expected HxW, HxWx3 or HxWx4 (or 3xHxW)"
+        )
+    if np.issubdtype(array.dtype, np.floating):
+        if array.size and (array.min() < 0 or array.max() > 1):
+            raise ValueError(f"image {index} is a float array with values outside [0, 1]: scale it or pass uint8")
+        array = np.round(array * 255)
+    return PIL.Image.fromarray(np.clip(array, 0, 255).astype(np.uint8))
+
+
+def load_image(image: ImageInput, index: int = 0) -> PIL.Image.Image:
+    """Decode one image input (path, bytes, PIL image, array, or a `datasets.Image` dict) into RGB.
+
+    Errors name the item index and the input, e.g. `image 3 ('cat.jpg') does not exist`.
+    """
+    if isinstance(image, dict):
+        image = image["bytes"] if image.get("bytes") is not None else image.get("path")
+    if isinstance(image, (str, os.PathLike)):
+        path = Path(image)
+        if not path.is_file():
+            raise FileNotFoundError(f"image {index} ('{path}') does not exist or is not a file")
+        try:
+            with PIL.Image.open(path) as opened:
+                opened.load()
+                return to_rgb(opened)
+        except (OSError, ValueError, PIL.Image.DecompressionBombError) as error:
+            raise ValueError(f"image {index} ('{path}') could not be decoded: {error}") from error
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        try:
+            with PIL.Image.open(io.BytesIO(bytes(image))) as opened:
+                opened.load()
+                return to_rgb(opened)
+        except (OSError, ValueError, PIL.Image.DecompressionBombError) as error:
+            raise ValueError(f"image {index} ({len(image)} bytes) could not be decoded: {error}") from error
+    if isinstance(image, PIL.Image.Image):
+        return to_rgb(image)
+    if isinstance(image, torch.Tensor):
+        image = image.detach().cpu().numpy()
+    if isinstance(image, np.ndarray):
+        return to_rgb(array_to_pil(image, index))
+    raise TypeError(
+        f"image {index} has unsupported type {type(image).__name__}: pass a path, bytes, a PIL image or an array"
+    )
+
+
+def preprocess_image(image: PIL.Image.Image, size: int) -> torch.Tensor:
+    """torchvision `Resize(size, BICUBIC)` + `CenterCrop(size)` + `ToTensor` + `Normalize` on an RGB PIL image."""
+    width, height = image.size
+    if width <= height:
+        new_width, new_height = size, int(size * height / width)
+    else:
+        new_width, new_height = int(size * width / height), size
+    if (new_width, new_height) != (width, height):
+        image = image.resize((new_width, new_height), PIL.Image.BICUBIC)
+    top = int(round((new_height - size) / 2.0))
+    left = int(round((new_width - size) / 2.0))
+    image = image.crop((left, top, left + size, top + size))
+    pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255)
+    mean = torch.tensor(OPENAI_CLIP_MEAN).view(3, 1, 1)
+    std = torch.tensor(OPENAI_CLIP_STD).view(3, 1, 1)
+    return (pixels - mean) / std
+
+
+def load_and_preprocess(image: ImageInput, index: int, size: int) -> torch.Tensor:
+    """Decode and preprocess one image into a `[3, size, size]` tensor."""
+    return preprocess_image(load_image(image, index), size)
+
+
+__all__ = [
+    "OPENAI_CLIP_MEAN",
+    "OPENAI_CLIP_STD",
+    "check_captions",
+    "check_references",
+    "clean_text",
+    "describe_image",
+    "image_key",
+    "load_and_preprocess",
+    "load_image",
+    "prepare_caption",
+    "preprocess_image",
+]

@@ -1,0 +1,453 @@
+"""PAC-S++: a CLIP dual encoder with LoRA adapters (loaded through PEFT) that scores image-caption pairs.
+
+The whole model is in this file: loading (weights, tokenizer, adapter), encoding (deduplicated, batched, sorted by
+length so padding stays small) and scoring (through the pure functions of `scoring.py`).
+"""
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.utils import ModelOutput, logging
+
+from .configuration_pacs import PACSConfig
+from .inputs import (
+    ImageInput,
+    check_captions,
+    check_references,
+    image_key,
+    load_and_preprocess,
+    prepare_caption,
+)
+from .scoring import cosine_similarity, max_reference_similarity, reference_free_score, harmonic_mean
+
+logger = logging.get_logger(__name__)
+
+# Above this many items a progress bar is shown unless `progress=False`.
+PROGRESS_THRESHOLD = 512
+
+
+@dataclass
+class PACSTextFeatures(ModelOutput):
+    """
+    Text features of [`PACSModel.encode_texts`].
+
+    Args:
+        text_embeds (`torch.FloatTensor` of shape `(batch_size, projection_dim)`):
+            Projected hidden state at the end-of-text position (the caption embedding `E_t(t)`).
+        token_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, projection_dim)`, *optional*):
+            `text_projection(final_layer_norm(hidden_states))` at every position (SPEC §2, Eq. 8), unnormalised.
+        attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 from start-of-text through end-of-text, 0 on padding.
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The token ids, padded with the end-of-text id.
+    """
+
+    text_embeds: torch.FloatTensor | None = None
+    token_embeds: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    input_ids: torch.LongTensor | None = None
+
+
+@dataclass
+class PACSScoreOutput(ModelOutput):
+    """
+    Scores of [`PACSModel.score`], per item and for the corpus.
+
+    Args:
+        scores (`torch.FloatTensor` of shape `(num_items,)`):
+            Reference-free score of each item (Eq. 4): CLIP-S, PAC-S or PAC-S++ depending on the variant.
+        mean_score (`float`):
+            Corpus score: the mean of `scores`.
+        ref_scores (`torch.FloatTensor` of shape `(num_items,)`, *optional*):
+            Reference-based score of each item (Eq. 5), when references were given.
+        mean_ref_score (`float`, *optional*):
+            The mean of `ref_scores`.
+        image_text_cosines (`torch.FloatTensor` of shape `(num_items,)`):
+            Raw cosine between image and candidate embeddings (before clipping and w).
+        reference_similarities (`torch.FloatTensor` of shape `(num_items,)`, *optional*):
+            `max(0, max_r cos(candidate, r))`, the second term of the harmonic mean.
+    """
+
+    scores: torch.FloatTensor | None = None
+    mean_score: float | None = None
+    ref_scores: torch.FloatTensor | None = None
+    mean_ref_score: float | None = None
+    image_text_cosines: torch.FloatTensor | None = None
+    reference_similarities: torch.FloatTensor | None = None
+
+
+def missing_weights_message(name_or_path: str) -> str:
+    """How to get weights when a model is neither a local directory nor reachable on the Hub."""
+    looks_like_path = name_or_path.startswith((".", "/", "~")) or "\\" in name_or_path or name_or_path.count("/") > 1
+    if looks_like_path:
+        problem = f"'{name_or_path}' is not an existing model directory"
+    else:
+        problem = (
+            f"'{name_or_path}' is not a local model directory and the Hugging Face Hub did not provide it "
+            "(offline, unreachable, or no such repository)"
+        )
+    return (
+        f"could not load PAC-S++ model: {problem}. To get weights: download a Hub repository on a machine with "
+        "internet (`hf download REPO_ID --local-dir DIR`) and pass DIR; or convert "
+        "an official checkpoint with `python scripts/convert_pacs_checkpoint.py --checkpoint FILE --variant ... "
+        "--output DIR`; or, for an offline smoke test with random weights, run `pacs-pp make-tiny DIR`."
+    )
+
+
+class PACSPreTrainedModel(PreTrainedModel):
+    config: PACSConfig
+    config_class = PACSConfig
+    base_model_prefix = "pacs"
+    main_input_name = "pixel_values"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _no_split_modules = ["CLIPEncoderLayer"]
+
+    def _init_weights(self, module):
+        # The backbone knows how to initialise its own modules.
+        self.clip._init_weights(module)
+
+
+class PACSModel(PACSPreTrainedModel):
+    r"""
+    PAC-S++ (and CLIP-S / PAC-S): scores how well a caption describes an image.
+
+    `from_pretrained` loads the dual encoder, its tokenizer and, if `config.adapter_path` is set, the LoRA adapter
+    through PEFT (merged into the weights unless `config.merge_adapter=False`).
+
+    Example:
+
+    ```python
+    >>> from transformers import AutoModel
+    >>> model = AutoModel.from_pretrained("path/to/pacs-pp-model", trust_remote_code=True, dtype="float32")
+    >>> out = model.score(["cat.jpg"], ["a cat sleeping on a sofa"], references=[["a cat on a couch"]])
+    >>> out.scores, out.ref_scores, out.mean_score
+    ```
+    """
+
+    def __init__(self, config: PACSConfig):
+        super().__init__(config)
+        self.clip = AutoModel.from_config(config.backbone_config)
+        self.tokenizer = None
+        self.post_init()
+
+    # ------------------------------------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, load_adapter: bool = True, **kwargs):
+        """Load weights, tokenizer and (when `config.adapter_path` is set) the PEFT adapter."""
+        name_or_path = os.fspath(pretrained_model_name_or_path)
+        hub_kwargs = {
+            key: kwargs[key]
+            for key in ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
+            if key in kwargs
+        }
+        try:
+            model = super().from_pretrained(name_or_path, *model_args, **kwargs)
+        except OSError as error:
+            if Path(name_or_path).is_dir():
+                raise
+            raise OSError(missing_weights_message(name_or_path)) from error
+        except ValueError as error:  # huggingface_hub's HFValidationError for strings that are not repo ids
+            if Path(name_or_path).exists() or "repo" not in str(error).lower():
+                raise
+            raise OSError(missing_weights_message(name_or_path)) from error
+        # Passing the backbone config keeps AutoTokenizer from resolving (and prompting for) our remote config.
+        model.tokenizer = AutoTokenizer.from_pretrained(
+            name_or_path, config=model.config.backbone_config, **hub_kwargs
+        )
+        if load_adapter and model.config.adapter_path:
+            model.load_lora_adapter(name_or_path, merge=model.config.merge_adapter, **hub_kwargs)
+        return model
+
+    @classmethod
+    def from_clip(cls, clip_name_or_path: str, variant: str = "clip_s", **kwargs) -> "PACSModel":
+        """Wrap a plain transformers CLIP checkpoint (e.g. `openai/clip-vit-base-patch32`): CLIP-S / RefCLIP-S."""
+        from transformers import CLIPModel
+
+        hub_kwargs = {key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs}
+        try:
+            clip = CLIPModel.from_pretrained(clip_name_or_path, **kwargs)
+        except OSError as error:
+            if Path(clip_name_or_path).is_dir():
+                raise
+            raise OSError(missing_weights_message(clip_name_or_path)) from error
+        config = PACSConfig(backbone_config=clip.config, variant=variant, adapter_path=None)
+        model = cls(config)
+        model.clip = clip
+        model.tokenizer = AutoTokenizer.from_pretrained(clip_name_or_path, **hub_kwargs)
+        return model.eval()
+
+    def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):
+        """Load the PEFT LoRA adapter of `config.adapter_path` into the backbone; merge it unless `merge=False`.
+
+        `adapter_path` is resolved relative to `model_name_or_path` (a local directory or a Hub repository) unless
+        it is itself an absolute path or a Hub id of its own.
+        """
+        from peft import PeftModel
+
+        adapter_path = self.config.adapter_path
+        local_candidate = Path(model_name_or_path) / adapter_path
+        if Path(adapter_path).is_absolute() or Path(adapter_path).is_dir():
+            location, subfolder = adapter_path, None
+        elif local_candidate.is_dir():
+            location, subfolder = str(local_candidate), None
+        elif Path(model_name_or_path).is_dir():
+            raise OSError(
+                f"the config of '{model_name_or_path}' names a LoRA adapter at '{adapter_path}', which does not "
+                "exist: restore the adapter folder, or set `adapter_path` to null if the weights are already merged"
+            )
+        else:
+            location, subfolder = model_name_or_path, adapter_path
+        peft_kwargs = dict(hub_kwargs)
+        if subfolder:
+            peft_kwargs["subfolder"] = subfolder
+        peft_model = PeftModel.from_pretrained(self.clip, location, **peft_kwargs)
+        if merge:
+            self.clip = peft_model.merge_and_unload()
+            # The weights now contain the adapter: saving this model must not apply it a second time.
+            self.config.adapter_path = None
+            self._peft_model = None
+        else:
+            self._peft_model = peft_model
+        return peft_model
+
+    @property
+    def peft_model(self):
+        """The PEFT wrapper of the backbone while an adapter is attached unmerged, else `None`."""
+        return self.__dict__.get("_peft_model")
+
+    def __setattr__(self, name, value):
+        # The PEFT wrapper stays out of the module tree: it shares its layers with `self.clip`.
+        if name == "_peft_model":
+            self.__dict__["_peft_model"] = value
+            return
+        super().__setattr__(name, value)
+
+    def base_state_dict(self) -> dict[str, torch.Tensor]:
+        """State dict without LoRA tensors: with an unmerged adapter, the base weights under their plain names."""
+        state_dict = {}
+        for key, value in self.state_dict().items():
+            if "lora_" in key:
+                continue
+            state_dict[key.replace(".base_layer.", ".")] = value
+        return state_dict
+
+    def save_pretrained(self, save_directory, **kwargs):
+        """Save config, weights, tokenizer and, with an unmerged adapter, the adapter in `config.adapter_path`."""
+        save_directory = Path(save_directory)
+        if self.peft_model is not None:
+            kwargs.setdefault("state_dict", self.base_state_dict())
+        super().save_pretrained(save_directory, **kwargs)
+        if self.peft_model is not None:
+            adapter_directory = save_directory / self.config.adapter_path
+            self.peft_model.save_pretrained(adapter_directory)
+            set_adapter_base_model(adapter_directory, self.config.base_model_id)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+        make_world_readable(save_directory)
+
+    # ------------------------------------------------------------------------------------------------ encoding
+    def tokenize(self, captions: list[str]) -> dict[str, torch.Tensor]:
+        """Prefix, clean and tokenize captions; pad to the longest, truncate keeping end-of-text last."""
+        if self.tokenizer is None:
+            raise ValueError(
+                "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
+                "AutoTokenizer.from_pretrained(...)"
+            )
+        texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+        return self.tokenizer(
+            texts,
+            padding="longest",
+            truncation=True,
+            max_length=self.config.max_text_length,
+            return_tensors="pt",
+        )
+
+    def encode_texts(
+        self,
+        captions: list[str],
+        batch_size: int = 256,
+        return_tokens: bool = False,
+        progress: bool | None = None,
+    ) -> torch.Tensor | PACSTextFeatures:
+        """Projected end-of-text embeddings `E_t(t)` of `[N, projection_dim]` (unnormalised, fp32).
+
+        With `return_tokens=True`, returns a [`PACSTextFeatures`] that also holds the projected embedding of every
+        token (padded to the longest caption) for fine-grained video scoring. Captions are sorted by length into
+        batches, so each batch pads little; padding never changes a result.
+        """
+        captions = check_captions(captions, "caption")
+        tokens = self.tokenize(captions) if captions else None
+        if tokens is None:
+            empty = torch.zeros(0, self.config.backbone_config.projection_dim)
+            return PACSTextFeatures(text_embeds=empty) if return_tokens else empty
+        lengths = tokens["attention_mask"].sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        text_embeds = torch.empty(len(captions), self.config.backbone_config.projection_dim)
+        token_embeds = None
+        if return_tokens:
+            token_embeds = torch.zeros(len(captions), tokens["input_ids"].shape[1], text_embeds.shape[1])
+        batches = list(torch.split(order, batch_size))
+        with torch.inference_mode():
+            for batch in self.progress_bar(batches, "encoding texts", len(captions), progress):
+                length = int(lengths[batch].max())
+                input_ids = tokens["input_ids"][batch, :length].to(self.device)
+                attention_mask = tokens["attention_mask"][batch, :length].to(self.device)
+                outputs = self.clip.text_model(input_ids=input_ids, attention_mask=attention_mask)
+                text_embeds[batch] = self.clip.text_projection(outputs.pooler_output).float().cpu()
+                if return_tokens:
+                    projected = self.clip.text_projection(outputs.last_hidden_state).float().cpu()
+                    token_embeds[batch, :length] = projected
+        if not return_tokens:
+            return text_embeds
+        return PACSTextFeatures(
+            text_embeds=text_embeds,
+            token_embeds=token_embeds,
+            attention_mask=tokens["attention_mask"],
+            input_ids=tokens["input_ids"],
+        )
+
+    def encode_images(
+        self,
+        images: list[ImageInput],
+        batch_size: int = 64,
+        progress: bool | None = None,
+        num_workers: int | None = None,
+    ) -> torch.Tensor:
+        """Projected image embeddings `E_v(v)` of `[N, projection_dim]` (unnormalised, fp32).
+
+        Images are decoded and preprocessed in a thread pool (PIL releases the GIL) while the encoder runs.
+        """
+        images = list(images)
+        size = self.config.backbone_config.vision_config.image_size
+        embeds = torch.empty(len(images), self.config.backbone_config.projection_dim)
+        num_workers = num_workers or min(8, os.cpu_count() or 1)
+        starts = range(0, len(images), batch_size)
+        dtype = self.clip.visual_projection.weight.dtype
+        with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
+            for start in self.progress_bar(starts, "encoding images", len(images), progress):
+                indices = range(start, min(start + batch_size, len(images)))
+                pixels = list(pool.map(lambda i: load_and_preprocess(images[i], i, size), indices))
+                pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
+                outputs = self.clip.vision_model(pixel_values=pixel_values)
+                embeds[start : start + len(indices)] = self.clip.visual_projection(outputs.pooler_output).float().cpu()
+        return embeds
+
+    # ------------------------------------------------------------------------------------------------ scoring
+    def score(
+        self,
+        images: list[ImageInput],
+        candidates: list[str],
+        references: list[list[str]] | None = None,
+        image_batch_size: int = 64,
+        text_batch_size: int = 256,
+        progress: bool | None = None,
+    ) -> PACSScoreOutput:
+        """Score each candidate caption against its image (Eq. 4) and, with references, Eq. 5.
+
+        Args:
+            images: one image per candidate: paths, bytes, PIL images or arrays. Repeated images (same path, same
+                bytes or array content, same PIL object) are encoded once.
+            candidates: one caption per image. Empty captions are scored (the prompt prefix alone is encoded).
+            references: optional, one non-empty list of reference captions per candidate.
+
+        Returns:
+            [`PACSScoreOutput`] with per-item scores and their corpus means.
+        """
+        candidates = check_captions(candidates)
+        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        if len(images) != len(candidates):
+            raise ValueError(
+                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate "
+                "(repeat an image for each of its captions; repeated images are encoded once)"
+            )
+        if references is not None:
+            references = check_references(references, len(candidates))
+
+        unique_images, image_index = deduplicate(images, image_key)
+        texts = list(candidates)
+        reference_owner = []
+        if references is not None:
+            for item, item_references in enumerate(references):
+                texts.extend(item_references)
+                reference_owner.extend([item] * len(item_references))
+        unique_texts, text_index = deduplicate(texts, lambda text: text)
+
+        image_embeds = self.encode_images(unique_images, image_batch_size, progress)[image_index]
+        text_embeds = self.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
+        candidate_embeds = text_embeds[: len(candidates)]
+
+        w = self.config.w
+        cosines = cosine_similarity(image_embeds, candidate_embeds)
+        scores = reference_free_score(image_embeds, candidate_embeds, w)
+        output = PACSScoreOutput(
+            scores=scores, mean_score=mean_or_nan(scores), image_text_cosines=cosines
+        )
+        if references is not None:
+            similarities = max_reference_similarity(
+                candidate_embeds, text_embeds[len(candidates) :], torch.tensor(reference_owner, dtype=torch.long)
+            )
+            output.reference_similarities = similarities
+            output.ref_scores = harmonic_mean(scores, similarities)
+            output.mean_ref_score = mean_or_nan(output.ref_scores)
+        return output
+
+    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        """Reference-free scores (Eq. 4) of aligned batches of preprocessed images and tokenized captions."""
+        image_embeds = self.clip.get_image_features(pixel_values=pixel_values).pooler_output
+        text_embeds = self.clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        return PACSScoreOutput(
+            scores=reference_free_score(image_embeds, text_embeds, self.config.w),
+            image_text_cosines=cosine_similarity(image_embeds, text_embeds),
+        )
+
+    @staticmethod
+    def progress_bar(iterable, description: str, num_items: int, progress: bool | None):
+        """Wrap `iterable` in a tqdm bar when asked to, or automatically for long jobs."""
+        show = progress if progress is not None else num_items > PROGRESS_THRESHOLD
+        if not show:
+            return iterable
+        return logging.tqdm(iterable, desc=description, unit="batch")
+
+
+def deduplicate(items: list, key) -> tuple[list, torch.Tensor]:
+    """Unique items in first-seen order, and for each input item the index of its unique copy."""
+    positions: dict = {}
+    unique = []
+    index = []
+    for item in items:
+        item_key = key(item)
+        if item_key not in positions:
+            positions[item_key] = len(unique)
+            unique.append(item)
+        index.append(positions[item_key])
+    return unique, torch.tensor(index, dtype=torch.long)
+
+
+def mean_or_nan(values: torch.Tensor) -> float:
+    return float(values.mean()) if values.numel() else float("nan")
+
+
+def set_adapter_base_model(adapter_directory: Path, base_model_id: str):
+    """PEFT records the local path of the base model; a published adapter must name its Hub id instead."""
+    config_path = Path(adapter_directory) / "adapter_config.json"
+    adapter_config = json.loads(config_path.read_text())
+    adapter_config["base_model_name_or_path"] = base_model_id
+    config_path.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+
+
+def make_world_readable(directory: Path):
+    """safetensors writes files with mode 0600; files meant for the Hub and for other users need 0644."""
+    for path in Path(directory).rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+
+
+__all__ = ["PACSModel", "PACSPreTrainedModel", "PACSScoreOutput", "PACSTextFeatures"]

@@ -1,0 +1,53 @@
+"""pacs-pp: PAC-S++ captioning metrics (image and video) as a HuggingFace-native model, metric and trainer."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+README = Path(__file__).parent / "README.md"
+
+setup(
+    name="pacs-pp",
+    version="0.1.0",
+    description="PAC-S++ / PAC-S / CLIP-S captioning metrics on transformers + PEFT: scoring, training, evaluate module",
+    long_description=README.read_text(encoding="utf-8") if README.exists() else "",
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.10",
+    packages=find_packages(include=["modeling_pacs", "modeling_pacs.*"]),
+    package_data={"modeling_pacs": ["assets/*", "metric_module/*"]},
+    include_package_data=True,
+    # torch is constrained by `constraints.txt` in scripts/setup.sh (CPU build); GPU users keep the torch they have.
+    install_requires=[
+        "torch>=2.1",
+        "transformers>=5.0,<6",
+        "peft>=0.17",
+        "safetensors>=0.4",
+        "huggingface_hub>=1.0",
+        "datasets>=3.0",
+        "evaluate>=0.4.3",
+        "accelerate>=1.0",
+        "numpy",
+        "pillow",
+        "ftfy",
+        "regex",
+        "tqdm",
+    ],
+    extras_require={
+        "train": ["datasets>=3.0", "accelerate>=1.0", "scipy"],
+        "video": ["av>=12"],
+        "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
+        "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
+    },
+    entry_points={
+        "console_scripts": [
+            "pacs-score=modeling_pacs.cli:score_main",
+            "pacs-pp=modeling_pacs.cli:main",
+        ]
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "License :: OSI Approved :: MIT License",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
