@@ -9,7 +9,7 @@ README = Path(__file__).parent / "README.md"
 setup(
     name="pacs-pp",
     version="0.1.0",
-    description="PAC-S++ / PAC-S / CLIP-S captioning metrics on transformers + PEFT: scoring, training, evaluate module",
+    description="PAC-S++ / PAC-S / CLIP-S captioning metrics on transformers + PEFT: scoring, training, evaluate",
     long_description=README.read_text(encoding="utf-8") if README.exists() else "",
     long_description_content_type="text/markdown",
     license="MIT",

@@ -111,15 +111,22 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("input", type=Path, help="captions file: .json mapping, .jsonl or .csv (see below)")
-    parser.add_argument("--model", default=os.environ.get("PACS_MODEL", DEFAULT_MODEL),
-                        help=f"alias, Hub id or local directory (default: {DEFAULT_MODEL}, or $PACS_MODEL)")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("PACS_MODEL", DEFAULT_MODEL),
+        help=f"alias, Hub id or local directory (default: {DEFAULT_MODEL}, or $PACS_MODEL)",
+    )
     parser.add_argument("--references", type=Path, help="JSON {image_path: [references]} for RefPAC-S++")
     parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
     parser.add_argument("--output", "-o", type=Path, help="write per-item scores and means (.json or .csv)")
     parser.add_argument("--batch-size", type=int, default=64, help="images per encoder batch (texts: 4x)")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ...")
-    parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32",
-                        help="fp32 gives the reference numbers; fp16/bf16 are faster on GPU (small deviation)")
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "fp16", "bf16"],
+        default="fp32",
+        help="fp32 gives the reference numbers; fp16/bf16 are faster on GPU (small deviation)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return parser
 
@@ -181,8 +188,12 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities")
     commands = parser.add_subparsers(dest="command", required=True)
-    score = commands.add_parser("score", help="score captions (same as pacs-score)", epilog=SCORE_EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    score = commands.add_parser(
+        "score",
+        help="score captions (same as pacs-score)",
+        epilog=SCORE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     build_score_parser(score)
     tiny = commands.add_parser("make-tiny", help="save a random tiny model directory (offline tests and demos)")
     tiny.add_argument("output", type=Path)

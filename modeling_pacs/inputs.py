@@ -136,9 +136,7 @@ def array_to_pil(array: np.ndarray, index: int) -> PIL.Image.Image:
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]
     if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
-        raise ValueError(
-            f"image {index} is an array of shape {array.shape}: expected HxW, HxWx3 or HxWx4 (or 3xHxW)"
-        )
+        raise ValueError(f"image {index} is an array of shape {array.shape}: expected HxW, HxWx3 or HxWx4 (or 3xHxW)")
     if np.issubdtype(array.dtype, np.floating):
         if array.size and (array.min() < 0 or array.max() > 1):
             raise ValueError(f"image {index} is a float array with values outside [0, 1]: scale it or pass uint8")

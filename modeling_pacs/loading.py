@@ -25,8 +25,14 @@ PRETRAINED_MODELS = {
 }
 DEFAULT_MODEL = "pac_s_pp_vit_b32"
 TINY_MODEL_PREFIX = "tiny"
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16,
-          "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+}
 
 
 def resolve_device(device: str | None = None) -> torch.device:

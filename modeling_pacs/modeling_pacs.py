@@ -23,7 +23,7 @@ from .inputs import (
     load_and_preprocess,
     prepare_caption,
 )
-from .scoring import cosine_similarity, max_reference_similarity, reference_free_score, harmonic_mean
+from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
 
 logger = logging.get_logger(__name__)
 
@@ -159,9 +159,7 @@ class PACSModel(PACSPreTrainedModel):
                 raise
             raise OSError(missing_weights_message(name_or_path)) from error
         # Passing the backbone config keeps AutoTokenizer from resolving (and prompting for) our remote config.
-        model.tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, config=model.config.backbone_config, **hub_kwargs
-        )
+        model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
         if load_adapter and model.config.adapter_path:
             model.load_lora_adapter(name_or_path, merge=model.config.merge_adapter, **hub_kwargs)
         return model
@@ -171,7 +169,9 @@ class PACSModel(PACSPreTrainedModel):
         """Wrap a plain transformers CLIP checkpoint (e.g. `openai/clip-vit-base-patch32`): CLIP-S / RefCLIP-S."""
         from transformers import CLIPModel
 
-        hub_kwargs = {key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs}
+        hub_kwargs = {
+            key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs
+        }
         try:
             clip = CLIPModel.from_pretrained(clip_name_or_path, **kwargs)
         except OSError as error:
@@ -387,9 +387,7 @@ class PACSModel(PACSPreTrainedModel):
         w = self.config.w
         cosines = cosine_similarity(image_embeds, candidate_embeds)
         scores = reference_free_score(image_embeds, candidate_embeds, w)
-        output = PACSScoreOutput(
-            scores=scores, mean_score=mean_or_nan(scores), image_text_cosines=cosines
-        )
+        output = PACSScoreOutput(scores=scores, mean_score=mean_or_nan(scores), image_text_cosines=cosines)
         if references is not None:
             similarities = max_reference_similarity(
                 candidate_embeds, text_embeds[len(candidates) :], torch.tensor(reference_owner, dtype=torch.long)

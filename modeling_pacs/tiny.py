@@ -106,7 +106,9 @@ def vit_b32_clip_config() -> CLIPConfig:
     }
     for tower in (text_config, vision_config):
         tower["hidden_act"] = "quick_gelu"
-    text_config.update(bos_token_id=CLIP_VOCAB_SIZE - 2, eos_token_id=CLIP_VOCAB_SIZE - 1, pad_token_id=CLIP_VOCAB_SIZE - 1)
+    text_config.update(
+        bos_token_id=CLIP_VOCAB_SIZE - 2, eos_token_id=CLIP_VOCAB_SIZE - 1, pad_token_id=CLIP_VOCAB_SIZE - 1
+    )
     return CLIPConfig(text_config=text_config, vision_config=vision_config, projection_dim=512)
 
 
