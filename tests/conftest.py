@@ -23,9 +23,9 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(tiny_model_dir):
-    from modeling_pacs import PACSModel
-
     import torch
+
+    from modeling_pacs import PACSModel
 
     return PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 

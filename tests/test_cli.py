@@ -23,16 +23,26 @@ def captions_file(image_folder, tmp_path_factory):
 
 def test_cli_scores_a_folder_and_writes_json(captions_file, tiny_model_dir, tiny_model, tmp_path, capsys):
     output = tmp_path / "scores.json"
-    score_main([str(captions_file), "--model", str(tiny_model_dir), "--output", str(output),
-                "--references", str(captions_file.parent / "references.json")])
+    score_main(
+        [
+            str(captions_file),
+            "--model",
+            str(tiny_model_dir),
+            "--output",
+            str(output),
+            "--references",
+            str(captions_file.parent / "references.json"),
+        ]
+    )
     result = json.loads(output.read_text())
     assert result["num_items"] == 12 and result["w"] == 2.5
     items = result["items"]
     expected = tiny_model.score(
         [captions_file.parent / item["image"] for item in items],
         [item["caption"] for item in items],
-        references=[[f"reference {int(item['image'].split('_')[1].split('.')[0])}", "another reference"]
-                    for item in items],
+        references=[
+            [f"reference {int(item['image'].split('_')[1].split('.')[0])}", "another reference"] for item in items
+        ],
     )
     assert [item["PAC-S++"] for item in items] == pytest.approx(expected.scores.tolist(), abs=1e-6)
     assert [item["RefPAC-S++"] for item in items] == pytest.approx(expected.ref_scores.tolist(), abs=1e-6)
@@ -52,7 +62,9 @@ def test_cli_writes_csv_with_a_mean_row(captions_file, tiny_model_dir, tiny_mode
 
 
 def test_cli_reads_jsonl_and_csv_with_references(image_folder, tiny_model_dir, tiny_model, tmp_path):
-    rows = [{"image": str(path), "caption": f"cap {i}", "references": [f"ref {i}"]} for i, path in enumerate(image_folder)]
+    rows = [
+        {"image": str(path), "caption": f"cap {i}", "references": [f"ref {i}"]} for i, path in enumerate(image_folder)
+    ]
     jsonl = tmp_path / "items.jsonl"
     jsonl.write_text("\n".join(json.dumps(row) for row in rows))
     table = tmp_path / "items.csv"
@@ -82,9 +94,19 @@ def test_cli_errors_name_the_problem(captions_file, tiny_model_dir, tmp_path):
 
 
 def test_cli_help_documents_formats_and_models():
-    result = subprocess.run([sys.executable, "-m", "modeling_pacs.cli", "score", "--help"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "modeling_pacs.cli", "score", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0
-    for expected in ("--model", "--references", "--output", "--batch-size", "--device", "--dtype", "JSONL",
-                     "pac_s_pp_vit_b32", "tiny"):
+    for expected in (
+        "--model",
+        "--references",
+        "--output",
+        "--batch-size",
+        "--device",
+        "--dtype",
+        "JSONL",
+        "pac_s_pp_vit_b32",
+        "tiny",
+    ):
         assert expected in result.stdout

@@ -29,7 +29,9 @@ def image_paths(tmp_path_factory):
     return paths
 
 
-def test_fresh_offline_process_with_remote_code_gives_identical_scores(tiny_model, tiny_model_dir, image_paths, tmp_path):
+def test_fresh_offline_process_with_remote_code_gives_identical_scores(
+    tiny_model, tiny_model_dir, image_paths, tmp_path
+):
     expected = tiny_model.score(image_paths, CAPTIONS, references=REFERENCES)
     script = textwrap.dedent(
         f"""
@@ -77,9 +79,17 @@ def test_saved_directory_is_hub_ready(tiny_model_dir):
         "AutoModel": "modeling_pacs.PACSModel",
     }
     assert config["model_type"] == "pac_s_pp" and config["adapter_path"] == "adapter"
-    for name in ("configuration_pacs.py", "modeling_pacs.py", "inputs.py", "scoring.py", "model.safetensors",
-                 "tokenizer.json", "processor_config.json", "adapter/adapter_config.json",
-                 "adapter/adapter_model.safetensors"):
+    for name in (
+        "configuration_pacs.py",
+        "modeling_pacs.py",
+        "inputs.py",
+        "scoring.py",
+        "model.safetensors",
+        "tokenizer.json",
+        "processor_config.json",
+        "adapter/adapter_config.json",
+        "adapter/adapter_model.safetensors",
+    ):
         path = tiny_model_dir / name
         assert path.is_file(), name
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, name
