@@ -3,7 +3,8 @@
 Every score comes from the core: `modeling_pacs.loading.load_model` loads the models and `PACSModel.score` computes
 the scores; this file only validates the request, calls the models and lays out the results.
 
-Run it locally (offline, tiny model with random weights):
+Run it locally (offline, tiny model with random weights; `--model DIR` or `PACS_SPACE_MODEL=DIR` adds a local
+PAC-S++ model directory as the default entry):
 
 ```bash
 PACS_SPACE_TINY=1 python space/app.py --port 7860
@@ -93,10 +94,16 @@ class ScoringModels:
 
 
 class ModelCache:
-    """Loads each selector entry once; concurrent first requests wait for one load instead of loading twice."""
+    """Loads each selector entry once; concurrent first requests wait for one load instead of loading twice.
 
-    def __init__(self, choices: dict[str, tuple[str, str]]):
+    Typed local directories are accepted only when `allow_typed_paths` is set: on a public Space a visitor must not
+    probe or load the server's files. `local_model` (chosen by whoever runs the app) is always accepted.
+    """
+
+    def __init__(self, choices: dict[str, tuple[str, str]], local_model: str | None, allow_typed_paths: bool):
         self.choices = choices
+        self.local_model = local_model
+        self.allow_typed_paths = allow_typed_paths
         self.loaded: dict[str, ScoringModels] = {}
         self.lock = threading.Lock()
 
@@ -112,6 +119,12 @@ class ModelCache:
         if choice in self.choices:
             clip_s_name, pac_s_name = self.choices[choice]
             return ScoringModels(clip_s=load_or_explain(clip_s_name), pac_s=load_or_explain(pac_s_name))
+        if choice != self.local_model and not self.allow_typed_paths:
+            raise gr.Error(
+                f"model '{choice}' is not one of {sorted(self.choices)}: typed model paths are disabled on a public "
+                "Space (run the app yourself to score with a local model)",
+                title="Unknown model",
+            )
         if not Path(choice).expanduser().is_dir():
             raise gr.Error(
                 f"model '{choice}' is neither one of {sorted(self.choices)} nor an existing local model directory: "
@@ -253,14 +266,14 @@ def chart_data(table: pd.DataFrame) -> pd.DataFrame:
     return long.sort_values("bar", kind="stable").drop(columns="rank").reset_index(drop=True)
 
 
-def summary_markdown(table: pd.DataFrame, models: ScoringModels, tiny: bool) -> str:
+def summary_markdown(table: pd.DataFrame, models: ScoringModels, random_weights: bool) -> str:
     """The best caption, what it was ranked by, and notes the user needs to read the numbers right."""
     ranked_by = table.attrs["ranked_by"]
     best = table.iloc[0]
     lines = [f"### Best caption: “{best['caption']}”", f"{ranked_by} {best[ranked_by]:.4f} (ranked by {ranked_by})"]
     if models.clip_s_unavailable_reason:
         lines.append(f"\n*CLIP-S is not shown: {models.clip_s_unavailable_reason}*")
-    if tiny:
+    if random_weights:
         lines.append("\n*Tiny model with random weights: these numbers are meaningless.*")
     return "\n".join(lines)
 
@@ -283,7 +296,8 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
     tiny = tiny_mode_enabled() if tiny is None else tiny
     local_model = local_model or os.environ.get(LOCAL_MODEL_ENVIRONMENT_VARIABLE) or None
     choices = TINY_CHOICES if tiny else HUB_CHOICES
-    cache = ModelCache(choices)
+    # The Hub sets SPACE_ID in every Space: there, visitors pick from the list only.
+    cache = ModelCache(choices, local_model, allow_typed_paths="SPACE_ID" not in os.environ)
     selector_entries = ([local_model] if local_model else []) + list(choices)
 
     def score(image: str | None, captions_text: str, references_text: str, model: str):
@@ -298,7 +312,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
         except (OSError, ValueError, TypeError) as error:
             raise gr.Error(str(error), title="Could not score") from error
         return (
-            summary_markdown(table, models, tiny),
+            summary_markdown(table, models, random_weights=model == TINY_CHOICE),
             styled_table(table),
             chart_data(table),
             results_json(table, model),

@@ -6,6 +6,7 @@ The Space runs offline on tiny random models: `PACS_SPACE_TINY=1` for the built-
 directory (seed 1, whose cosines are positive, so scores are not all clipped to 0) as the default entry.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -206,7 +207,7 @@ def test_score_with_references_matches_engine(client, space_models):
     ranked = sorted(expected, key=lambda caption: -expected[caption]["RefPAC-S++"])
     assert best.startswith(f"### Best caption: “{ranked[0]}”")
     assert f"RefPAC-S++ {expected[ranked[0]]['RefPAC-S++']:.4f}" in best
-    assert "random weights" in best
+    assert "random weights" not in best  # said only for the built-in tiny entry (and in the page banner)
     # The table shows the same ranking to four decimals.
     assert table["headers"] == ["#", "caption", "CLIP-S", "PAC-S++", "RefPAC-S++"]
     for rank, (row, caption) in enumerate(zip(table["metadata"]["display_value"], ranked), start=1):
@@ -227,6 +228,7 @@ def test_score_without_references_tiny_entry_matches_engine(client, space_models
     assert_results_match(details, expected, ranked_by="PAC-S++")
     assert table["headers"] == ["#", "caption", "CLIP-S", "PAC-S++"]
     assert "(ranked by PAC-S++)" in best
+    assert "Tiny model with random weights: these numbers are meaningless." in best
 
 
 def test_local_model_whose_clip_cannot_be_loaded_scores_without_clip_s(client, space_models):
@@ -359,3 +361,19 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
         names = ["CLIP-S", "PAC-S++", "RefPAC-S++"]
         assert [cell.strip() for cell in row] == [str(rank), caption, *(f"{expected[caption][n]:.4f}" for n in names)]
     assert screenshot.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------------- in process
+def load_app_module():
+    specification = importlib.util.spec_from_file_location("pacs_space_app", APP)
+    module = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(module)
+    return module
+
+
+def test_typed_model_paths_are_refused_on_a_public_space(space_models):
+    app = load_app_module()
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=space_models["local"], allow_typed_paths=False)
+    with pytest.raises(app.gr.Error, match="typed model paths are disabled on a public Space"):
+        cache.get(space_models["orphan"])
+    assert cache.get(space_models["local"]).clip_s is not None  # the operator's own model stays available
