@@ -56,24 +56,69 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def space_models(tmp_path_factory):
-    """Local tiny models for the Space and for direct engine calls, all in a private cache."""
+def space_root(tmp_path_factory):
+    """A private folder for models, caches and logs; `load_model("tiny")` here and in the server share its cache."""
     root = tmp_path_factory.mktemp("space")
-    cache = root / "pacs_pp_cache"
     previous_cache = os.environ.get("PACS_PP_CACHE")
-    os.environ["PACS_PP_CACHE"] = str(cache)  # load_model("tiny") here and in the server share one directory
-    clip_directory = root / "clip-s-seed1"
-    pac_directory = root / "pac-s-pp-seed1"
+    os.environ["PACS_PP_CACHE"] = str(root / "pacs_pp_cache")
+    yield root
+    if previous_cache is None:
+        os.environ.pop("PACS_PP_CACHE", None)
+    else:
+        os.environ["PACS_PP_CACHE"] = previous_cache
+
+
+@pytest.fixture(scope="module")
+def space_server(space_root):
+    """Start `space/app.py --tiny --model LOCAL` on a free port with its own HF_HOME; stop it afterwards.
+
+    It boots while `space_models` builds the local model (loaded on the first request only).
+    """
+    port = free_port()
+    environment = dict(os.environ)
+    environment.update(
+        GRADIO_ANALYTICS_ENABLED="False",
+        HF_HOME=str(space_root / "hf_home"),
+        HF_HUB_OFFLINE="1",
+        GRADIO_TEMP_DIR=str(space_root / "gradio_tmp"),
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environment.get("PYTHONPATH", "")]),
+    )
+    environment.pop("SPACE_ID", None)  # typed local paths must be allowed here
+    log_path = space_root / "server.log"
+    local_model = space_root / "pac-s-pp-seed1"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, str(APP), "--port", str(port), "--tiny", "--model", str(local_model)],
+            cwd=REPO_ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield {"process": server, "url": f"http://127.0.0.1:{port}/", "log": log_path, "local_model": local_model}
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def space_models(space_root, space_server):
+    """Local tiny models for the Space and for direct engine calls."""
+    clip_directory = space_root / "clip-s-seed1"
+    pac_directory = space_server["local_model"]
     make_tiny_model(clip_directory, variant="clip_s", seed=1)
     make_tiny_model(pac_directory, variant="pac_s_pp", seed=1)
     # CLIP-S of a local model uses the CLIP its config names: point it at the local tiny CLIP.
     set_base_model_id(pac_directory, str(clip_directory))
-    orphan_directory = root / "pac-s-pp-without-clip"
+    orphan_directory = space_root / "pac-s-pp-without-clip"
     shutil.copytree(pac_directory, orphan_directory)
-    set_base_model_id(orphan_directory, str(root / "no-such-clip"))
-    yield {
-        "root": root,
-        "cache": cache,
+    set_base_model_id(orphan_directory, str(space_root / "no-such-clip"))
+    return {
+        "root": space_root,
         "local": str(pac_directory),
         "orphan": str(orphan_directory),
         "engines": {
@@ -81,10 +126,6 @@ def space_models(tmp_path_factory):
             TINY_CHOICE: (load_model("tiny:clip_s"), load_model("tiny")),
         },
     }
-    if previous_cache is None:
-        os.environ.pop("PACS_PP_CACHE", None)
-    else:
-        os.environ["PACS_PP_CACHE"] = previous_cache
 
 
 def set_base_model_id(model_directory: Path, base_model_id: str):
@@ -95,39 +136,10 @@ def set_base_model_id(model_directory: Path, base_model_id: str):
 
 
 @pytest.fixture(scope="module")
-def space_url(space_models):
-    """Start `space/app.py --tiny --model LOCAL` on a free port with its own HF_HOME; stop it afterwards."""
-    root = space_models["root"]
-    port = free_port()
-    environment = dict(os.environ)
-    environment.update(
-        GRADIO_ANALYTICS_ENABLED="False",
-        HF_HOME=str(root / "hf_home"),
-        HF_HUB_OFFLINE="1",
-        GRADIO_TEMP_DIR=str(root / "gradio_tmp"),
-        PACS_PP_CACHE=str(space_models["cache"]),
-        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environment.get("PYTHONPATH", "")]),
-    )
-    log_path = root / "server.log"
-    with log_path.open("w") as log:
-        server = subprocess.Popen(
-            [sys.executable, str(APP), "--port", str(port), "--tiny", "--model", space_models["local"]],
-            cwd=REPO_ROOT,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        wait_until_serving(url, server, log_path)
-        yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+def space_url(space_server, space_models) -> str:
+    """The running Space's URL, once it answers."""
+    wait_until_serving(space_server["url"], space_server["process"], space_server["log"])
+    return space_server["url"]
 
 
 def wait_until_serving(url: str, server: subprocess.Popen, log_path: Path):
