@@ -375,6 +375,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
                 x_title="rank · score",
                 y_title="score",
                 x_label_angle=-45,
+                colors_in_legend=[],  # the bar labels name each score; gradio's legend would be clipped anyway
                 height=380,
             )
         with gr.Accordion("Results as JSON", open=False):

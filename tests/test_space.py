@@ -337,6 +337,15 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
     expected = engine_scores(space_models["engines"][space_models["local"]], RED_CIRCLE, captions, references)
     ranked = sorted(expected, key=lambda caption: -expected[caption]["RefPAC-S++"])
     screenshot = artifact_directory() / "space_end_to_end.png"
+    example_captions = ["a blue square on a pale yellow background", "a red circle", "a green triangle"]
+    example_references = "a dark blue square in the centre"
+    example_expected = engine_scores(
+        space_models["engines"][space_models["local"]],
+        EXAMPLES / "blue_square.png",
+        example_captions,
+        [example_references],
+    )
+    example_best = max(example_expected, key=lambda caption: example_expected[caption]["RefPAC-S++"])
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
@@ -365,6 +374,12 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
                 [page.locator(f"#scores-table [data-testid='cell-{row}-{column}']").inner_text() for column in range(5)]
                 for row in range(3)
             ]
+
+            # Clicking an example fills the form; scoring it ranks its captions.
+            page.get_by_text(example_references, exact=True).click()
+            assert page.locator("#captions textarea").input_value() == "\n".join(example_captions)
+            page.locator("#score-button").click()
+            page.locator("#best-caption").get_by_text(f"Best caption: “{example_best}”").wait_for()
         finally:
             browser.close()
 
