@@ -185,27 +185,37 @@ def check_texts(texts: list[str], what: str, limit: int):
             )
 
 
-def check_image(image: str | None) -> str:
-    """Raise a `gr.Error` when no image was given, it cannot be read, or it exceeds `MAX_IMAGE_PIXELS`."""
-    if not image:
+def check_image(image: dict | None) -> str:
+    """The path of the uploaded image; a `gr.Error` when there is none, it cannot be read, or it is too large.
+
+    `image` is the uploaded file as gradio stores it (`{"path": ..., "orig_name": ...}`, in gradio's upload cache):
+    the handler skips gradio's own preprocessing so that an undecodable upload gets this message, not a traceback.
+    """
+    if not image or not image.get("path"):
         raise gr.Error("upload an image first (or click one of the examples below)", title="No image")
+    path = image["path"]
+    name = image.get("orig_name") or Path(path).name
     try:
-        with PIL.Image.open(image) as opened:  # reads the header only: a huge image is refused before decoding
+        with PIL.Image.open(path) as opened:  # reads the header only: a huge image is refused before decoding
             width, height = opened.size
     except PIL.Image.DecompressionBombError as error:
-        raise gr.Error(f"the image is far too large: {error}", title="Image too large") from error
+        raise gr.Error(f"the image '{name}' is far too large: {error}", title="Image too large") from error
     except (OSError, ValueError) as error:
-        raise gr.Error(f"the uploaded file could not be read as an image: {error}", title="Not an image") from error
+        raise gr.Error(
+            f"the uploaded file '{name}' could not be read as an image ({type(error).__name__}): upload a PNG, "
+            "JPEG, WebP, GIF, BMP or TIFF file",
+            title="Not an image",
+        ) from error
     if width * height > MAX_IMAGE_PIXELS:
         raise gr.Error(
-            f"the image is {width}x{height} = {width * height / 1e6:.1f} megapixels; the limit is "
+            f"the image '{name}' is {width}x{height} = {width * height / 1e6:.1f} megapixels; the limit is "
             f"{MAX_IMAGE_PIXELS / 1e6:.1f}: downscale it and upload it again",
             title="Image too large",
         )
-    return image
+    return path
 
 
-def parse_request(image: str | None, captions_text: str | None, references_text: str | None) -> ScoreRequest:
+def parse_request(image: dict | None, captions_text: str | None, references_text: str | None) -> ScoreRequest:
     """Validate the form inputs; every violation is a `gr.Error` the user reads in the page."""
     captions = split_lines(captions_text)
     if not captions:
@@ -300,7 +310,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
     cache = ModelCache(choices, local_model, allow_typed_paths="SPACE_ID" not in os.environ)
     selector_entries = ([local_model] if local_model else []) + list(choices)
 
-    def score(image: str | None, captions_text: str, references_text: str, model: str):
+    def score(image: dict | None, captions_text: str, references_text: str, model: str):
         """Score candidate captions (one per line) of an image, with optional references (one per line).
 
         Returns the best caption (Markdown), the ranked table, the bar-chart data and the results as JSON.
@@ -339,7 +349,6 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
             with gr.Column():
                 image = gr.Image(
                     type="filepath",
-                    image_mode=None,  # keep the uploaded file as it is: the model converts to RGB itself
                     sources=["upload", "clipboard"],
                     label="Image",
                     height=260,
@@ -386,6 +395,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
             inputs=[image, captions, references, model],
             outputs=[best, table, chart, details],
             api_name="score",
+            preprocess=False,  # check_image reads the upload itself, so a bad file gets a readable error
         )
         gr.api(list_models, api_name="list_models")
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY_LIMIT, max_size=MAX_QUEUE_SIZE)

@@ -269,7 +269,8 @@ def huge_image(space_models) -> Path:
         ("too many captions", "got 17 captions; the limit is 16: remove 1 of them"),
         ("caption too long", "caption 2 ('" + "x" * 40 + "...') is 301 characters long; the limit is 300"),
         ("too many references", "got 11 references; the limit is 10: remove 1 of them"),
-        ("image too large", "the image is 5000x4000 = 20.0 megapixels; the limit is 16.8: downscale it"),
+        ("image too large", "the image 'huge.png' is 5000x4000 = 20.0 megapixels; the limit is 16.8: downscale"),
+        ("not an image", "the uploaded file 'notes.png' could not be read as an image (UnidentifiedImageError)"),
         ("unknown model", "model 'ViT-H/99' is neither one of ['tiny (random weights)'] nor an existing local"),
     ],
 )
@@ -287,6 +288,9 @@ def test_errors_reach_the_client(client, space_models, huge_image, case, message
         references = [f"reference {index}" for index in range(11)]
     elif case == "image too large":
         image = huge_image
+    elif case == "not an image":
+        image = space_models["root"] / "notes.png"
+        image.write_text("these are notes, not an image")
     elif case == "unknown model":
         model = "ViT-H/99"
     with pytest.raises(AppError) as raised:
