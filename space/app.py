@@ -105,12 +105,22 @@ class ModelCache:
         self.local_model = local_model
         self.allow_typed_paths = allow_typed_paths
         self.loaded: dict[str, ScoringModels] = {}
-        self.lock = threading.Lock()
+        # One lock per entry: a slow load (the Hub retrying) never holds up requests for models already loaded.
+        self.locks: dict[str, threading.Lock] = {}
+        self.locks_lock = threading.Lock()
 
     def get(self, choice: str) -> ScoringModels:
         """The models of `choice`: a selector entry or a local model directory."""
         choice = (choice or "").strip()
-        with self.lock:
+        if choice not in self.choices and choice != self.local_model and not self.allow_typed_paths:
+            raise gr.Error(
+                f"model '{choice}' is not one of {sorted(self.choices)}: typed model paths are disabled on a public "
+                "Space (run the app yourself to score with a local model)",
+                title="Unknown model",
+            )
+        with self.locks_lock:
+            lock = self.locks.setdefault(choice, threading.Lock())
+        with lock:
             if choice not in self.loaded:
                 self.loaded[choice] = self.load(choice)
             return self.loaded[choice]
@@ -119,12 +129,6 @@ class ModelCache:
         if choice in self.choices:
             clip_s_name, pac_s_name = self.choices[choice]
             return ScoringModels(clip_s=load_or_explain(clip_s_name), pac_s=load_or_explain(pac_s_name))
-        if choice != self.local_model and not self.allow_typed_paths:
-            raise gr.Error(
-                f"model '{choice}' is not one of {sorted(self.choices)}: typed model paths are disabled on a public "
-                "Space (run the app yourself to score with a local model)",
-                title="Unknown model",
-            )
         if not Path(choice).expanduser().is_dir():
             raise gr.Error(
                 f"model '{choice}' is neither one of {sorted(self.choices)} nor an existing local model directory: "
