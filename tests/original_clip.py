@@ -23,7 +23,7 @@ Example:
 
 import importlib.util
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -66,7 +66,7 @@ def load_module_from_file(name: str, path: Path):
     return module
 
 
-@lru_cache(maxsize=None)
+@cache
 def original_clip_module(activation: str = "quick_gelu"):
     """`clip/model.py` as a standalone module. With `activation="gelu"` it is loaded as a separate copy whose
     residual blocks use `nn.GELU` (OpenCLIP's ViT-L-14): `ResidualAttentionBlock` looks `QuickGELU` up at build time."""
@@ -155,7 +155,8 @@ def build_original_clip(
 
 def lora_block_prefixes(state_dict: dict[str, torch.Tensor]) -> list[str]:
     """`transformer.resblocks.N.` and `visual.transformer.resblocks.N.` prefixes of every residual block."""
-    return sorted({key.rsplit("attn.in_proj_weight", 1)[0] for key in state_dict if key.endswith("attn.in_proj_weight")})
+    suffix = "attn.in_proj_weight"
+    return sorted({key[: -len(suffix)] for key in state_dict if key.endswith(suffix)})
 
 
 def add_official_lora(
