@@ -14,6 +14,7 @@ import torch
 import yaml
 from PIL import Image
 
+from modeling_pacs.cli import main as pacs_pp_main
 from modeling_pacs.convert import CheckpointError, convert_checkpoint, convert_state_dict, load_official_checkpoint
 from modeling_pacs.hub import ModelDirectoryError, push_model_directory, validate_model_directory
 from modeling_pacs.model_card import render_model_card
@@ -107,14 +108,13 @@ def lora_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def converted_dirs(lora_checkpoint, tmp_path_factory):
-    """`official` through the command line (with a Hub dry run), `full` through the library."""
+    """`official` through `pacs-pp convert` (with a Hub dry run), `full` through the library."""
     path, _ = lora_checkpoint
     root = tmp_path_factory.mktemp("converted")
-    cli = load_script("convert_pacs_checkpoint")
-    arguments = ["--checkpoint", str(path), "--variant", "pac_s_pp_vit_b32", "--output", str(root / "official")]
-    arguments += ["--allow-other-geometry", "--head-dim", str(TINY_HEAD_DIM)]
+    arguments = ["convert", "--checkpoint", str(path), "--variant", "pac_s_pp_vit_b32"]
+    arguments += ["--output", str(root / "official"), "--allow-other-geometry", "--head-dim", str(TINY_HEAD_DIM)]
     arguments += ["--push-to-hub", "someone/pac-s-pp-tiny", "--dry-run"]
-    assert cli.main(arguments) == 0
+    assert pacs_pp_main(arguments) == 0
     logs = []
     convert_checkpoint(
         path, "pac_s_pp_vit_b32", root / "full", lora_mode="full", head_dim=TINY_HEAD_DIM,
@@ -309,6 +309,41 @@ def test_hub_push_creates_repo_then_uploads(converted_dirs, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
     push_model_directory(converted_dirs["official"], "someone/pac-s-pp-tiny", private=True, log=lambda *args: None)
-    assert calls[1] == ("create_repo", "someone/pac-s-pp-tiny", {"repo_type": "model", "private": True, "exist_ok": True})
+    expected_options = {"repo_type": "model", "private": True, "exist_ok": True}
+    assert calls[1] == ("create_repo", "someone/pac-s-pp-tiny", expected_options)
     assert calls[2][1]["folder_path"] == str(converted_dirs["official"])
     assert calls[2][1]["repo_id"] == "someone/pac-s-pp-tiny"
+
+
+def test_converted_directory_scores_in_a_fresh_process_through_remote_code(converted_dirs, tmp_path):
+    """No `modeling_pacs` import in the child: AutoModel must run the directory's own remote code, offline."""
+    import subprocess
+    import sys
+
+    image_path = tmp_path / "image.png"
+    make_images()[1].save(image_path)
+    script = (
+        "import json, sys, torch\n"
+        "from transformers import AutoModel\n"
+        "model = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32)\n"
+        "assert 'modeling_pacs' not in sys.modules, 'the installed package was imported'\n"
+        "out = model.score([sys.argv[2]], [sys.argv[3]], references=[[sys.argv[4]]])\n"
+        "print(json.dumps([type(model).__module__, float(out.scores[0]), float(out.ref_scores[0])]))\n"
+    )
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH" and not key.startswith("HF_")}
+    environment.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    directory = converted_dirs["official"]
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(directory), str(image_path), CAPTIONS[1], REFERENCES[1][0]],
+        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    module, score, ref_score = json.loads(result.stdout.strip().splitlines()[-1])
+    assert module.startswith("transformers_modules.")
+    from modeling_pacs import PACSModel
+
+    expected = PACSModel.from_pretrained(directory, dtype=torch.float32).score(
+        [str(image_path)], [CAPTIONS[1]], references=[[REFERENCES[1][0]]]
+    )
+    assert score == pytest.approx(float(expected.scores[0]), abs=1e-6)
+    assert ref_score == pytest.approx(float(expected.ref_scores[0]), abs=1e-6)
