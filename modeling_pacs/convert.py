@@ -113,6 +113,8 @@ VIT_B32_GEOMETRY = {
     "vision_layers": 12,
     "text_width": 512,
     "text_layers": 12,
+    "context_length": 77,
+    "vocab_size": 49408,
 }
 VIT_L14_GEOMETRY = {
     "embed_dim": 768,
@@ -122,6 +124,8 @@ VIT_L14_GEOMETRY = {
     "vision_layers": 24,
     "text_width": 768,
     "text_layers": 12,
+    "context_length": 77,
+    "vocab_size": 49408,
 }
 # w: PAC-S uses 2.0 (official code); PAC-S++ 2.5 (ViT-B/32) and 3.0 (ViT-L/14) (PAC-S++ paper Sec. 5.7, SPEC §1).
 OFFICIAL_VARIANTS = {
@@ -674,7 +678,9 @@ def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike
 
     output_dir = Path(output_dir)
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"output directory '{output_dir}' exists and is not empty: choose another or overwrite")
+        raise FileExistsError(
+            f"output directory '{output_dir}' exists and is not empty: choose another, or pass --overwrite"
+        )
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:

@@ -55,8 +55,8 @@ REPORTED_RESULTS = {
         ("Flickr8k-Expert", "flickr8k-expert", "kendall_tau_c", "PAC-S++ Kendall tau-c", 57.4),
         ("Flickr8k-CF", "flickr8k-cf", "kendall_tau_b", "PAC-S++ Kendall tau-b", 38.5),
         ("Composite", "composite", "kendall_tau_c", "PAC-S++ Kendall tau-c", 62.0),
-        ("Pascal-50S", "pascal-50s", "accuracy", "PAC-S++ accuracy (mean of HC/HI/HM/MM)", 82.4),
-        ("FOIL", "foil", "accuracy", "PAC-S++ accuracy", 93.6),
+        ("Pascal-50S", "pascal-50s", "accuracy", "accuracy", 82.4),
+        ("FOIL", "foil", "accuracy", "accuracy", 93.6),
     ],
     "pac_s_vit_b32": [
         ("Flickr8k-Expert", "flickr8k-expert", "kendall_tau_b", "PAC-S Kendall tau-b", 53.919),
@@ -65,11 +65,20 @@ REPORTED_RESULTS = {
         ("Flickr8k-CF", "flickr8k-cf", "kendall_tau_c", "PAC-S Kendall tau-c", 18.628),
     ],
 }
-PAC_S_PP_SOURCE = "PAC-S++ paper (Sarto, Moratelli et al.), as reported; not reproduced here"
+# (model-index source name, link text for the card, URL) of each variant's reported results.
+PAC_S_PP_SOURCE = (
+    "PAC-S++ paper (Sarto, Moratelli et al.), as reported; not reproduced here",
+    "PAC-S++ paper",
+    PAC_S_PP_PAPER_URL,
+)
 REPORTED_SOURCES = {
-    "pac_s_pp_vit_b32": (PAC_S_PP_SOURCE, PAC_S_PP_PAPER_URL),
-    "pac_s_pp_vit_l14": (PAC_S_PP_SOURCE, PAC_S_PP_PAPER_URL),
-    "pac_s_vit_b32": ("official PAC-S repository README, as reported; not reproduced here", OFFICIAL_CODE_URL),
+    "pac_s_pp_vit_b32": PAC_S_PP_SOURCE,
+    "pac_s_pp_vit_l14": PAC_S_PP_SOURCE,
+    "pac_s_vit_b32": (
+        "official PAC-S repository README, as reported; not reproduced here",
+        "official PAC-S repository",
+        OFFICIAL_CODE_URL,
+    ),
 }
 
 CITATION = """\
@@ -112,7 +121,7 @@ def variant_facts(variant: str) -> dict:
 
 def model_index(variant: str, name: str) -> list[dict]:
     """Hub `model-index` entries of the reported results, each metric marked unverified and its source named."""
-    source_name, source_url = REPORTED_SOURCES[variant]
+    source_name, _, source_url = REPORTED_SOURCES[variant]
     results = []
     for benchmark, dataset_id, metric_type, metric_name, value in REPORTED_RESULTS[variant]:
         result = next((item for item in results if item["dataset"]["name"] == benchmark), None)
@@ -145,7 +154,8 @@ def render_model_card(
     Args:
         variant: one of `modeling_pacs.convert.OFFICIAL_VARIANTS`.
         repo_id: Hub id used in the examples (default: the alias's repository in `PRETRAINED_MODELS`).
-        lora_mode: PAC-S++ only: how the official LoRA deltas were converted (`official` or `full`).
+        lora_mode: PAC-S++ converted from an official checkpoint: how its LoRA deltas were converted (`official` or
+            `full`). `None` for adapters trained here (pass `provenance` too).
         delta_norms: `DeltaNorm`s printed by the converter, listed in the card.
         geometry: the converted checkpoint's `CheckpointGeometry`, listed in the card.
         provenance: where the weights come from; defaults to the official checkpoint of the variant.
@@ -157,7 +167,7 @@ def render_model_card(
     score_name, ref_score_name = ("PAC-S++", "RefPAC-S++") if is_pp else ("PAC-S", "RefPAC-S")
     provenance = provenance or (
         f"converted from the official checkpoint `{facts.checkpoint_file}` ({OFFICIAL_CODE_URL}) with "
-        f"`scripts/convert_pacs_checkpoint.py --variant {variant}`" + (f" `--lora-mode {lora_mode}`" if is_pp else "")
+        f"`pacs-pp convert --variant {variant}" + (f" --lora-mode {lora_mode}`" if is_pp else "`")
     )
     metadata = {
         "license": "other",
@@ -226,13 +236,19 @@ def render_model_card(
         f"Weights {provenance}. Base model: `{facts.base_model_id}` "
         f"({'OpenCLIP, plain GELU' if facts.hidden_act == 'gelu' else 'OpenAI CLIP, QuickGELU'}).",
     ]
-    if is_pp:
+    if is_pp and lora_mode is None:
+        sections.append(
+            "The directory holds the base weights (`model.safetensors`) and a PEFT LoRA adapter in `adapter/`; "
+            "`from_pretrained` merges the adapter by default."
+        )
+    elif is_pp:
         sections.append(
             "The directory holds the base weights (`model.safetensors`, with the patch-embedding LoRA delta merged "
             "into `vision_model.embeddings.patch_embedding.weight`: its factorisation has no PEFT equivalent) and a "
-            "PEFT LoRA adapter in `adapter/` (q/k/v share the official in-projection A; out-projection"
-            + (", fc1, fc2" if lora_mode == "full" else "")
-            + f"). `from_pretrained` merges the adapter by default. LoRA mode: {LORA_MODE_TEXT.get(lora_mode, '')}\n\n"
+            "PEFT LoRA adapter in `adapter/` on q/k/v (sharing the official in-projection A), out_proj"
+            + (", fc1 and fc2" if lora_mode == "full" else "")
+            + " of both towers. `from_pretrained` merges the adapter by default. "
+            + f"LoRA mode: {LORA_MODE_TEXT[lora_mode]}\n\n"
             "The adapter alone on top of the plain base model misses the patch-embedding delta: load the whole "
             "directory."
         )
@@ -249,13 +265,13 @@ def render_model_card(
             "| tower | group | norm of delta | relative to base weights | applied |\n|---|---|---|---|---|\n" + rows
         )
     if include_reported_results and variant in REPORTED_RESULTS:
-        source_name, source_url = REPORTED_SOURCES[variant]
+        _, link_text, source_url = REPORTED_SOURCES[variant]
         rows = "\n".join(
             f"| {benchmark} | {name} | {value} |" for benchmark, _, _, name, value in REPORTED_RESULTS[variant]
         )
         sections += [
             "## Reported results",
-            f"**Reported by the [{source_name.split(',')[0]}]({source_url}), not reproduced by this repository.**\n\n"
+            f"**Reported by the [{link_text}]({source_url}), not reproduced by this repository.**\n\n"
             f"| benchmark | measure | reported value |\n|---|---|---|\n{rows}",
         ]
     sections += [

@@ -118,7 +118,7 @@ def converted_dirs(lora_checkpoint, tmp_path_factory):
     logs = []
     convert_checkpoint(
         path, "pac_s_pp_vit_b32", root / "full", lora_mode="full", head_dim=TINY_HEAD_DIM,
-        allow_other_geometry=True, log=logs.append,
+        allow_other_geometry=True, verify=False, log=logs.append,
     )  # fmt: skip
     return {"official": root / "official", "full": root / "full", "full_log": "\n".join(logs)}
 
@@ -261,6 +261,11 @@ def test_model_card_metadata_marks_reported_results():
     openclip = render_model_card("pac_s_openclip_vit_l14")
     assert "laion/CLIP-ViT-L-14-laion2B-s32B-b82K" in openclip and "plain GELU" in openclip
     assert "model-index" not in openclip  # no reported numbers for this checkpoint in SPEC §6
+    trained = render_model_card(
+        "pac_s_pp_vit_b32", lora_mode=None, provenance="trained with scripts/train.py", include_reported_results=False
+    )
+    assert "trained with scripts/train.py" in trained and "model-index" not in trained
+    assert "patch-embedding" not in trained and "adapter/" in trained
 
 
 def test_hub_dry_run_lists_files_and_reports_problems(converted_dirs, tmp_path, capsys):
