@@ -29,7 +29,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -102,7 +102,7 @@ class OfficialVariant:
     hidden_act: str
     checkpoint_file: str
     has_lora: bool
-    geometry: dict = field(default_factory=dict)
+    geometry: dict
 
 
 VIT_B32_GEOMETRY = {
@@ -130,48 +130,48 @@ VIT_L14_GEOMETRY = {
 # w: PAC-S uses 2.0 (official code); PAC-S++ 2.5 (ViT-B/32) and 3.0 (ViT-L/14) (PAC-S++ paper Sec. 5.7, SPEC §1).
 OFFICIAL_VARIANTS = {
     "pac_s_vit_b32": OfficialVariant(
-        "pac_s_vit_b32",
-        "PAC-S ViT-B/32",
-        "pac_s",
-        2.0,
-        "openai/clip-vit-base-patch32",
-        "quick_gelu",
-        "clip_ViT-B-32.pth",
-        False,
-        VIT_B32_GEOMETRY,
+        name="pac_s_vit_b32",
+        display_name="PAC-S ViT-B/32",
+        metric_variant="pac_s",
+        w=2.0,
+        base_model_id="openai/clip-vit-base-patch32",
+        hidden_act="quick_gelu",
+        checkpoint_file="clip_ViT-B-32.pth",
+        has_lora=False,
+        geometry=VIT_B32_GEOMETRY,
     ),
     "pac_s_openclip_vit_l14": OfficialVariant(
-        "pac_s_openclip_vit_l14",
-        "PAC-S OpenCLIP ViT-L/14",
-        "pac_s",
-        2.0,
-        "laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
-        "gelu",
-        "openClip_ViT-L-14.pth",
-        False,
-        VIT_L14_GEOMETRY,
+        name="pac_s_openclip_vit_l14",
+        display_name="PAC-S OpenCLIP ViT-L/14",
+        metric_variant="pac_s",
+        w=2.0,
+        base_model_id="laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
+        hidden_act="gelu",
+        checkpoint_file="openClip_ViT-L-14.pth",
+        has_lora=False,
+        geometry=VIT_L14_GEOMETRY,
     ),
     "pac_s_pp_vit_b32": OfficialVariant(
-        "pac_s_pp_vit_b32",
-        "PAC-S++ ViT-B/32",
-        "pac_s_pp",
-        2.5,
-        "openai/clip-vit-base-patch32",
-        "quick_gelu",
-        "PAC++_clip_ViT-B-32.pth",
-        True,
-        VIT_B32_GEOMETRY,
+        name="pac_s_pp_vit_b32",
+        display_name="PAC-S++ ViT-B/32",
+        metric_variant="pac_s_pp",
+        w=2.5,
+        base_model_id="openai/clip-vit-base-patch32",
+        hidden_act="quick_gelu",
+        checkpoint_file="PAC++_clip_ViT-B-32.pth",
+        has_lora=True,
+        geometry=VIT_B32_GEOMETRY,
     ),
     "pac_s_pp_vit_l14": OfficialVariant(
-        "pac_s_pp_vit_l14",
-        "PAC-S++ ViT-L/14",
-        "pac_s_pp",
-        3.0,
-        "openai/clip-vit-large-patch14",
-        "quick_gelu",
-        "PAC++_clip_ViT-L-14.pth",
-        True,
-        VIT_L14_GEOMETRY,
+        name="pac_s_pp_vit_l14",
+        display_name="PAC-S++ ViT-L/14",
+        metric_variant="pac_s_pp",
+        w=3.0,
+        base_model_id="openai/clip-vit-large-patch14",
+        hidden_act="quick_gelu",
+        checkpoint_file="PAC++_clip_ViT-L-14.pth",
+        has_lora=True,
+        geometry=VIT_L14_GEOMETRY,
     ),
 }
 
@@ -223,7 +223,8 @@ class ConvertedCheckpoint:
 
 # ---------------------------------------------------------------------------------------------------- loading
 def load_official_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Read an official checkpoint safely (`weights_only=True`) and return its OpenAI-layout state dict in fp32.
+    """Read an official checkpoint safely (`weights_only=True`) and return its OpenAI-layout state dict as stored
+    (fp16 or fp32; the conversion casts to fp32).
 
     Accepts `{"state_dict": {...}, ...}` (the official layout) or a bare state dict; strips a DataParallel
     `module.` prefix and drops the non-weight entries of `NON_WEIGHT_KEYS`.

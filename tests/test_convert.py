@@ -186,6 +186,24 @@ def test_pac_s_matches_original_code(variant, activation, w):
     assert_parity(model, state_dict, None, activation, w)
 
 
+def test_fp16_data_parallel_checkpoint_converts_in_fp32(tmp_path):
+    """Half-precision weights saved from a DataParallel model: `module.` prefixes, metadata entries, fp16."""
+    state_dict = build_original_clip(activation="quick_gelu", seed=4).state_dict()
+    half = {f"module.{key}": value.half() for key, value in state_dict.items()}
+    half["module.input_resolution"] = torch.tensor(224)
+    path = tmp_path / "clip_ViT-B-32.pth"
+    torch.save({"state_dict": half, "optimizer": {"lr": 1e-4}}, path)
+    converted = convert_state_dict(
+        load_official_checkpoint(path), "pac_s_vit_b32", head_dim=TINY_HEAD_DIM, allow_other_geometry=True
+    )
+    assert converted.source_dtype == "float16"
+    assert converted.model.clip.visual_projection.weight.dtype == torch.float32
+    upcast = {
+        key.removeprefix("module."): value.float() for key, value in half.items() if "input_resolution" not in key
+    }
+    assert_parity(converted.model.eval(), upcast, None, "quick_gelu", w=2.0)
+
+
 def test_pickle_with_code_is_refused(tmp_path, capsys):
     marker = tmp_path / "code-ran"
 
