@@ -132,8 +132,10 @@ def build_original_clip(
     # CLIP.__init__ derives the vision head count as width // 64; tiny widths need it set.
     module.VisionTransformer = vision_transformer_with_heads
     try:
-        torch.manual_seed(seed)
-        model = module.CLIP(**arguments)
+        # The init only sets each tensor's scale (values are redrawn below); seed it without touching global RNG.
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = module.CLIP(**arguments)
     finally:
         module.VisionTransformer = original_vision_transformer
     generator = torch.Generator().manual_seed(seed)
