@@ -3,8 +3,12 @@
 Loads `clip/model.py` and `clip/simple_tokenizer.py` of the installed `openai-clip` package by file path (the
 package `__init__` imports torchvision, which has no CPU build here), builds tiny random CLIP ViTs in the exact
 original layouts (OpenAI: QuickGELU; OpenCLIP ViT-L-14 laion2b: the same module tree and key names with plain GELU)
-and computes reference features with `encode_image` / `encode_text`. For PAC-S++ it adds LoRA tensors named as in the
-official checkpoints (SPEC §4) and applies them the way the official `custom_loralib` does at inference:
+and computes reference features with `encode_image` / `encode_text`. `build_open_clip_towers` builds the same
+tiny geometry with open_clip's own `VisionTransformer` / `TextTransformer` (the ViT-L-14 laion2b configuration:
+plain GELU), to check the OpenCLIP layout against the real open_clip code.
+
+For PAC-S++ it adds LoRA tensors named as in the official checkpoints (SPEC §4) and applies them the way the
+official `custom_loralib` does at inference:
 
 - `full`: every delta (attention in-projection, attention out-projection, both MLP linears, patch embedding);
 - `official`: the released inference, where `model.eval()` runs before the checkpoint is loaded and so marks the
@@ -22,6 +26,9 @@ Example:
 """
 
 import importlib.util
+import sys
+import types
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -32,6 +39,7 @@ from PIL import Image
 from torch import nn
 
 CLIP_PACKAGE_DIR = Path(importlib.util.find_spec("clip").submodule_search_locations[0])
+OPEN_CLIP_PACKAGE_DIR = Path(importlib.util.find_spec("open_clip").submodule_search_locations[0])
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 LORA_MODES = ("full", "official")
@@ -228,3 +236,84 @@ def original_features(
     model.load_state_dict(state_dict)
     with torch.no_grad():
         return model.encode_image(pixel_values.float()), model.encode_text(token_ids.long())
+
+
+@contextmanager
+def torchvision_stub():
+    """open_clip's `utils.py` imports `torchvision.ops.misc.FrozenBatchNorm2d` (only used to freeze ResNets), and
+    torchvision has no CPU build here: provide a placeholder while loading, then remove it so that nothing else
+    (e.g. transformers' availability checks) ever sees it."""
+    names = ("torchvision", "torchvision.ops", "torchvision.ops.misc")
+    saved = {name: sys.modules.get(name) for name in names}
+    for name in names:
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["torchvision.ops.misc"].FrozenBatchNorm2d = nn.BatchNorm2d
+    try:
+        yield
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+@lru_cache(maxsize=1)
+def open_clip_transformer_module():
+    """open_clip's `transformer.py` (the towers of its CLIP), loaded by file path inside a stand-alone package so
+    that its relative imports (`.utils`, `.pos_embed`) resolve without running open_clip's `__init__`."""
+    package_name = "open_clip_standalone"
+    package = types.ModuleType(package_name)
+    package.__path__ = [str(OPEN_CLIP_PACKAGE_DIR)]
+    sys.modules[package_name] = package
+    with torchvision_stub():
+        return importlib.import_module(f"{package_name}.transformer")
+
+
+def build_open_clip_towers(geometry: OriginalGeometry = TINY_GEOMETRY, seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    """open_clip `VisionTransformer` and `TextTransformer` with the defaults of the ViT-L-14 laion2b config (plain
+    GELU, ln_pre, class-token pooling, causal text mask, argmax pooling, unbiased projections), every tensor random.
+
+    `open_clip_state_dict(visual, text)` gives the key layout of open_clip's `CLIP.state_dict()`."""
+    module = open_clip_transformer_module()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        visual = module.VisionTransformer(
+            image_size=geometry.image_resolution,
+            patch_size=geometry.vision_patch_size,
+            width=geometry.vision_width,
+            layers=geometry.vision_layers,
+            heads=geometry.vision_heads,
+            mlp_ratio=4.0,
+            output_dim=geometry.embed_dim,
+        )
+        text = module.TextTransformer(
+            context_length=geometry.context_length,
+            vocab_size=geometry.vocab_size,
+            width=geometry.transformer_width,
+            heads=geometry.transformer_heads,
+            layers=geometry.transformer_layers,
+            output_dim=geometry.embed_dim,
+        )
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in [*visual.named_parameters(), *text.named_parameters()]:
+            noise = torch.randn(parameter.shape, generator=generator)
+            if "ln" in name and name.endswith("weight"):
+                parameter.copy_(1.0 + 0.2 * noise)
+            elif name.endswith("bias") or "ln" in name:
+                parameter.copy_(0.1 * noise)
+            else:
+                std = float(parameter.std()) if parameter.numel() > 1 and float(parameter.std()) > 0 else 0.05
+                parameter.copy_(std * noise)
+    return visual.float().eval(), text.float().eval()
+
+
+def open_clip_state_dict(visual: nn.Module, text: nn.Module, logit_scale: float = 4.6) -> dict[str, torch.Tensor]:
+    """The keys of open_clip's `CLIP.state_dict()`: the vision tower under `visual.`, the text tower's modules at
+    the top level (open_clip's CLIP assigns `text.transformer`, `text.token_embedding`, ... to itself), the causal
+    mask a non-persistent buffer, plus `logit_scale`."""
+    state_dict = {f"visual.{key}": value.detach().clone() for key, value in visual.state_dict().items()}
+    state_dict.update({key: value.detach().clone() for key, value in text.state_dict().items()})
+    state_dict["logit_scale"] = torch.tensor(logit_scale)
+    return state_dict

@@ -20,7 +20,9 @@ from modeling_pacs.hub import ModelDirectoryError, push_model_directory, validat
 from modeling_pacs.model_card import render_model_card
 from tests.original_clip import (
     add_official_lora,
+    build_open_clip_towers,
     build_original_clip,
+    open_clip_state_dict,
     original_features,
     original_preprocess,
     original_tokenize,
@@ -68,29 +70,31 @@ def reference_scores(image_features, text_features, reference_features, w):
     return scores, np.array(ref_scores)
 
 
-def original_reference(state_dict, lora_mode, activation, images):
-    """Image, candidate and reference features from the original code, with its own preprocessing and tokenizer."""
+def original_code(state_dict, lora_mode=None, activation="quick_gelu"):
+    """Features from OpenAI's `clip/model.py` loaded with `state_dict` (LoRA deltas applied as in `lora_mode`)."""
+
+    def encode(pixels, token_ids):
+        return original_features(state_dict, pixels, token_ids, lora_mode, activation=activation)
+
+    return encode
+
+
+def assert_parity(model, encode, w):
+    """Features (with the original preprocessing and tokenizer) and Eq. 4 / Eq. 5 scores equal the reference's."""
+    images = make_images()
     pixels = torch.stack([original_preprocess(image) for image in images])
     texts = [PREFIX + " ".join(caption.split()) for caption in CAPTIONS]
-    image_features, text_features = original_features(
-        state_dict, pixels, original_tokenize(texts), lora_mode, activation=activation
-    )
+    image_features, text_features = encode(pixels, original_tokenize(texts))
     reference_features = [
-        original_features(
-            state_dict, pixels[:1], original_tokenize([PREFIX + ref for ref in refs]), lora_mode, activation=activation
-        )[1]
-        for refs in REFERENCES
+        encode(pixels[:1], original_tokenize([PREFIX + reference for reference in references]))[1]
+        for references in REFERENCES
     ]
-    return image_features, text_features, reference_features
-
-
-def assert_parity(model, state_dict, lora_mode, activation, w):
-    images = make_images()
-    image_features, text_features, reference_features = original_reference(state_dict, lora_mode, activation, images)
     torch.testing.assert_close(model.encode_images(images), image_features, atol=TOLERANCE, rtol=0)
     torch.testing.assert_close(model.encode_texts(CAPTIONS), text_features, atol=TOLERANCE, rtol=0)
     output = model.score(images, CAPTIONS, references=REFERENCES)
     scores, ref_scores = reference_scores(image_features, text_features, reference_features, w)
+    cosines = torch.nn.functional.cosine_similarity(image_features.double(), text_features.double()).numpy()
+    np.testing.assert_allclose(output.image_text_cosines.numpy(), cosines, atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(output.scores.numpy(), scores, atol=TOLERANCE, rtol=0)
     np.testing.assert_allclose(output.ref_scores.numpy(), ref_scores, atol=TOLERANCE, rtol=0)
     assert output.scores.max() > 0 and output.ref_scores.max() > 0  # clipping did not hide the comparison
@@ -130,7 +134,7 @@ def test_pac_s_pp_matches_original_code(converted_dirs, lora_checkpoint, lora_mo
     _, state_dict = lora_checkpoint
     model = AutoModel.from_pretrained(converted_dirs[lora_mode], trust_remote_code=True, dtype=torch.float32).eval()
     assert model.config.variant == "pac_s_pp" and model.config.w == 2.5
-    image_features = assert_parity(model, state_dict, lora_mode, "quick_gelu", w=2.5)
+    image_features = assert_parity(model, original_code(state_dict, lora_mode), w=2.5)
     # The modes differ, and both differ from the base weights: the comparison is not vacuous.
     other_mode = "full" if lora_mode == "official" else "official"
     pixels = torch.stack([original_preprocess(image) for image in make_images()])
@@ -183,7 +187,22 @@ def test_pac_s_matches_original_code(variant, activation, w):
     model = converted.model.eval()
     assert model.config.backbone_config.text_config.hidden_act == activation
     assert model.config.adapter_path is None and converted.delta_norms == []
-    assert_parity(model, state_dict, None, activation, w)
+    assert_parity(model, original_code(state_dict, None, activation), w)
+
+
+def test_pac_s_openclip_matches_open_clip_code():
+    """The OpenCLIP layout checked against open_clip's own towers (ViT-L-14 laion2b defaults), not only against
+    OpenAI's code with GELU."""
+    visual, text = build_open_clip_towers(seed=8)  # cosines of both signs: clipped and unclipped items
+    converted = convert_state_dict(
+        open_clip_state_dict(visual, text), "pac_s_openclip_vit_l14", head_dim=TINY_HEAD_DIM, allow_other_geometry=True
+    )
+
+    def encode(pixels, token_ids):
+        with torch.no_grad():
+            return visual(pixels), text(token_ids.long())
+
+    assert_parity(converted.model.eval(), encode, w=2.0)
 
 
 def test_fp16_data_parallel_checkpoint_converts_in_fp32(tmp_path):
@@ -201,7 +220,7 @@ def test_fp16_data_parallel_checkpoint_converts_in_fp32(tmp_path):
     upcast = {
         key.removeprefix("module."): value.float() for key, value in half.items() if "input_resolution" not in key
     }
-    assert_parity(converted.model.eval(), upcast, None, "quick_gelu", w=2.0)
+    assert_parity(converted.model.eval(), original_code(upcast), w=2.0)
 
 
 def test_pickle_with_code_is_refused(tmp_path, capsys):
