@@ -36,7 +36,9 @@ import torch
 from transformers import CLIPConfig
 
 from .configuration_pacs import PACSConfig
+from .model_card import render_model_card
 from .modeling_pacs import PACSModel, make_world_readable
+from .tiny import build_clip_tokenizer, save_hub_ready
 
 LORA_MODES = ("official", "full")
 # Official custom-loralib settings of PAC-S++ (SPEC §4): rank from the tensors, alpha 1, so scaling = 1 / rank.
@@ -631,8 +633,6 @@ def convert_state_dict(
     if not allow_other_geometry:
         check_variant_geometry(geometry, spec)
 
-    from .tiny import build_clip_tokenizer
-
     config = PACSConfig(
         backbone_config=clip_config_for(geometry, spec.hidden_act),
         variant=spec.metric_variant,
@@ -674,9 +674,6 @@ def adapter_card(converted: ConvertedCheckpoint) -> str:
 def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Write a complete Hub-ready directory (config with auto_map, remote code, safetensors, adapter, processor,
     README.md model card), atomically: a crash never leaves a half-written `output_dir`."""
-    from .model_card import render_model_card
-    from .tiny import save_hub_ready
-
     output_dir = Path(output_dir)
     if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
         raise FileExistsError(

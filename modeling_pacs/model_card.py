@@ -111,8 +111,9 @@ LORA_MODE_TEXT = {
 }
 
 
-def variant_facts(variant: str) -> dict:
-    from .convert import OFFICIAL_VARIANTS
+def variant_facts(variant: str):
+    """The `OfficialVariant` record of `variant`."""
+    from .convert import OFFICIAL_VARIANTS  # convert imports this module: import at call time
 
     if variant not in OFFICIAL_VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: choose one of {', '.join(OFFICIAL_VARIANTS)}")
