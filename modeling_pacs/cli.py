@@ -184,7 +184,7 @@ def score_main(argv: list[str] | None = None):
 
 
 def main(argv: list[str] | None = None):
-    """`pacs-pp`: utilities (score, make-tiny, register-metric)."""
+    """`pacs-pp`: utilities (score, make-tiny, convert)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None):
     tiny.add_argument("output", type=Path)
     tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
     tiny.add_argument("--seed", type=int, default=0)
+    from .convert import build_parser as build_convert_parser
+
+    build_convert_parser(commands.add_parser("convert", help="convert an official PAC-S / PAC-S++ checkpoint"))
     args = parser.parse_args(argv)
     if args.command == "score":
         try:
@@ -210,6 +213,10 @@ def main(argv: list[str] | None = None):
 
         make_tiny_model(args.output, variant=args.variant, seed=args.seed)
         print(f"tiny {args.variant} model (random weights) saved to {args.output}")
+    elif args.command == "convert":
+        from .convert import run_conversion
+
+        return run_conversion(args)
 
 
 if __name__ == "__main__":
