@@ -18,6 +18,20 @@ from .configuration_pacs import PACSConfig
 from .inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from .modeling_pacs import PACSModel
 
+TINY_MODEL_CARD = """---
+license: mit
+library_name: transformers
+base_model: openai/clip-vit-base-patch32
+tags:
+- pacs-pp
+- image-captioning-evaluation
+- random-weights
+---
+# Tiny random {variant} model (tests and offline smoke runs only)
+
+Built by `modeling_pacs.tiny.make_tiny_model(variant="{variant}", seed={seed})`: CLIP towers of width 32 and 2 layers
+with the real CLIP tokenizer and image pipeline, and RANDOM weights. Its scores are meaningless.
+"""
 BPE_VOCAB_PATH = Path(__file__).parent / "assets" / "bpe_simple_vocab_16e6.txt.gz"
 CLIP_VOCAB_SIZE = 49408
 
@@ -155,6 +169,9 @@ def make_tiny_model(
         add_random_lora(model, seed)
     if output_dir is not None:
         save_hub_ready(model, output_dir)
+        card = Path(output_dir) / "README.md"
+        card.write_text(TINY_MODEL_CARD.format(variant=variant, seed=seed), encoding="utf-8")
+        card.chmod(0o644)
     return model
 
 

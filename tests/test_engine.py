@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from helpers import random_image
+from tests.helpers import random_image
 
 from modeling_pacs import PACSModel
 from modeling_pacs.loading import load_model, resolve_device

@@ -5,7 +5,7 @@ import io
 import numpy as np
 import pytest
 import torch
-from helpers import random_image
+from tests.helpers import random_image
 from PIL import Image
 from transformers import CLIPImageProcessorPil
 

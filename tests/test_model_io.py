@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from helpers import random_image
+from tests.helpers import random_image
 
 from modeling_pacs import PACSModel
 
@@ -93,6 +93,9 @@ def test_saved_directory_is_hub_ready(tiny_model_dir):
         path = tiny_model_dir / name
         assert path.is_file(), name
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, name
+    from modeling_pacs.hub import validate_model_directory
+
+    assert "README.md" in validate_model_directory(tiny_model_dir)  # raises, listing problems, if not Hub-ready
     adapter_config = json.loads((tiny_model_dir / "adapter" / "adapter_config.json").read_text())
     assert adapter_config["base_model_name_or_path"] == "openai/clip-vit-base-patch32"
     assert adapter_config["r"] == 4 and adapter_config["lora_alpha"] == 1

@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from helpers import random_image
+from tests.helpers import random_image
 from torchmetrics.functional.multimodal.clip_score import _clip_score_update
 
 from modeling_pacs.tiny import build_clip_processor
@@ -43,3 +43,16 @@ def test_clip_s_cosines_equal_torchmetrics(tiny_model):
     assert torch.allclose(ours, theirs.float() / 100, atol=1e-5, rtol=0)
     # and Eq. 4 is w * max(cos, 0) of those cosines
     assert torch.allclose(model.score(images, captions).scores, 2.5 * (theirs.float() / 100).clamp(min=0), atol=1e-5)
+
+
+def test_clip_s_scores_equal_the_original_openai_clip_code():
+    """CLIP-S through our engine (our pipelines, tokenizer, dedup) equals OpenAI's `clip/model.py` on the same tiny
+    random weights, with the original preprocessing and tokenizer, to <= 1e-5 (features, cosines, Eqs. 4 and 5)."""
+    from modeling_pacs.convert import convert_state_dict
+    from tests.original_clip import build_original_clip
+    from tests.test_convert import TINY_HEAD_DIM, assert_parity, original_code
+
+    state_dict = build_original_clip(activation="quick_gelu", seed=3).state_dict()
+    model = convert_state_dict(state_dict, "pac_s_vit_b32", head_dim=TINY_HEAD_DIM, allow_other_geometry=True).model
+    model.config.variant, model.config.w = "clip_s", 2.5
+    assert_parity(model.eval(), original_code(state_dict, None, "quick_gelu"), w=2.5)
