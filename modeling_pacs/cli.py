@@ -199,6 +199,15 @@ def main(argv: list[str] | None = None):
     tiny.add_argument("output", type=Path)
     tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
     tiny.add_argument("--seed", type=int, default=0)
+    register = commands.add_parser(
+        "register-metric",
+        help="install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder",
+    )
+    register.add_argument(
+        "--modules-cache",
+        type=Path,
+        help="evaluate's modules cache (default: $HF_MODULES_CACHE, i.e. $HF_HOME/modules)",
+    )
     args = parser.parse_args(argv)
     if args.command == "score":
         try:
@@ -210,6 +219,12 @@ def main(argv: list[str] | None = None):
 
         make_tiny_model(args.output, variant=args.variant, seed=args.seed)
         print(f"tiny {args.variant} model (random weights) saved to {args.output}")
+    elif args.command == "register-metric":
+        from .metric_registration import register_metric
+
+        for copy in register_metric(args.modules_cache):
+            print(f"registered {copy}")
+        print("evaluate.load('pacs_pp') and evaluate.load('pacs-pp/pacs_pp') now load it from any folder, offline too")
 
 
 if __name__ == "__main__":
