@@ -186,9 +186,7 @@ class PACSPlusPlus(evaluate.Metric):
             references = [[] for _ in predictions]
         else:
             references = check_references(references, len(predictions))
-        super().add_batch(
-            predictions=predictions, images=self._store_images(images, start), references=references
-        )
+        super().add_batch(predictions=predictions, images=self._store_images(images, start), references=references)
 
     def add(self, *, prediction=None, image=None, reference=None, **kwargs):
         """Add one caption with its image (and optionally its list of references)."""
