@@ -161,8 +161,8 @@ class PACSPlusPlus(evaluate.Metric):
         if self.model_alias is not None and self.engine.config.variant != variant_of_alias(self.model_alias):
             raise ValueError(
                 f"config_name {self.config_name!r} asks for {variant_of_alias(self.model_alias)} but model "
-                f"{self.model_argument!r} is a {self.engine.config.variant} model: with model=, pass no config_name "
-                f"or one of the same variant (e.g. '{self.engine.config.variant}' or "
+                f"'{self.engine.name_or_path}' is a {self.engine.config.variant} model: with model=, pass no "
+                f"config_name or one of the same variant (e.g. '{self.engine.config.variant}' or "
                 f"'{REFERENCE_PREFIX}{self.engine.config.variant}')"
             )
         return self.engine
