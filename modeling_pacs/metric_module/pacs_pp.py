@@ -18,11 +18,11 @@ from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.modeling_pacs import PACSModel
 
 _CITATION = """\
-@article{sarto2025positive,
+@article{sarto2024positive,
   title={{Positive-Augmented Contrastive Learning for Vision-and-Language Evaluation and Training}},
   author={Sarto, Sara and Moratelli, Nicholas and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
-  journal={International Journal of Computer Vision},
-  year={2025}
+  journal={arXiv preprint},
+  year={2024}
 }
 @inproceedings{sarto2023positive,
   title={{Positive-Augmented Contrastive Learning for Image and Video Captioning Evaluation}},
