@@ -184,7 +184,7 @@ def test_two_processes_equal_one_process(tiny_model_dir, tmp_path):
 
 
 def test_killed_run_resumes_without_duplicates_or_losses(tiny_model_dir, tmp_path):
-    rows = make_corpus(tmp_path, 1200, num_images=6)
+    rows = make_corpus(tmp_path, 800, num_images=6)
     output_dir = tmp_path / "out"
     command = [
         sys.executable,
@@ -220,7 +220,7 @@ def test_killed_run_resumes_without_duplicates_or_losses(tiny_model_dir, tmp_pat
         assert (shard_dir / name).stat().st_mtime_ns == modified
     assert f"shard {int(sorted(finished)[0][6:13])} " not in completed.stderr
     results = read_scores(output_dir)
-    assert [result["row"] for result in results] == list(range(1200))
+    assert [result["row"] for result in results] == list(range(800))
     assert [result["id"] for result in results] == [row["id"] for row in rows]
     assert not list(shard_dir.glob(".*.tmp"))
 
