@@ -241,8 +241,8 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         )
     except (OSError, ValueError, TypeError) as error:
         raise SystemExit(
-            f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}): {error}. Finished shards are kept: fix "
-            "the input and rerun the same command to resume"
+            f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}; item i is row {first_row} + i): {error}. "
+            "Finished shards are kept: fix the input and rerun the same command to resume"
         ) from None
     free_name, ref_name = model.config.score_names
     results = []

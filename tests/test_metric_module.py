@@ -140,8 +140,8 @@ def test_bad_inputs_give_clear_messages(metric, image_paths, tmp_path):
 
     corrupt = tmp_path / "corrupt.png"
     corrupt.write_bytes(b"\x89PNG not really an image")
-    with pytest.raises(ValueError, match=r"image 0 \('.*corrupt\.png'\) could not be decoded"):
-        metric.compute(predictions=CAPTIONS[:1], images=[str(corrupt)])
+    with pytest.raises(ValueError, match=r"image 2 \('.*corrupt\.png'\) could not be decoded"):
+        metric.compute(predictions=CAPTIONS[:4], images=[image_paths[0], image_paths[0], str(corrupt), str(corrupt)])
 
     metric.add_batch(predictions=CAPTIONS[:2], images=image_paths[:2], references=REFERENCES[:2])
     metric.add_batch(predictions=CAPTIONS[2:4], images=image_paths[2:4])

@@ -143,7 +143,9 @@ def test_bad_corpus_and_changed_options_give_clear_messages(tiny_model_dir, tmp_
     lines = (tmp_path / "corpus.jsonl").read_text().splitlines()
     lines[7] = json.dumps({"image": "images/none.png", "caption": "a cat"})
     (tmp_path / "broken.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(SystemExit, match=r"shard 1 \(rows 5-9\): image .*none\.png'\) does not exist.*rerun"):
+    with pytest.raises(
+        SystemExit, match=r"shard 1 \(rows 5-9; item i is row 5 \+ i\): image 2 \('.*none\.png'\) does not exist.*rerun"
+    ):
         score_corpus.main([str(tmp_path / "broken.jsonl"), "--output-dir", str(tmp_path / "o3"), *common])
     # the shard before the bad one was kept
     assert (tmp_path / "o3" / "shards" / "shard-0000000.jsonl").is_file()
@@ -195,7 +197,7 @@ def test_killed_run_resumes_without_duplicates_or_losses(tiny_model_dir, tmp_pat
         "--model",
         tiny_model_dir,
         "--shard-size",
-        "30",
+        "20",
         "--keep-columns",
         "id",
     ]
