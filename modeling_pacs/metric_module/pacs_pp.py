@@ -81,10 +81,10 @@ def config_names() -> list[str]:
 
 def parse_config_name(config_name: str) -> tuple[str | None, bool]:
     """`"refpac_s_pp"` -> (`"pac_s_pp_vit_b32"`, True); `"default"` -> (None, False)."""
-    requires_references = config_name.startswith(REFERENCE_PREFIX) and config_name != "default"
-    name = config_name[len(REFERENCE_PREFIX) :] if requires_references else config_name
-    if name == "default":
-        return None, requires_references
+    if config_name == "default":
+        return None, False
+    requires_references = config_name.startswith(REFERENCE_PREFIX)
+    name = config_name.removeprefix(REFERENCE_PREFIX)
     name = SHORT_CONFIG_NAMES.get(name, name)
     if name not in PRETRAINED_MODELS:
         raise ValueError(f"unknown config_name {config_name!r}: use one of {config_names()}")
@@ -92,6 +92,7 @@ def parse_config_name(config_name: str) -> tuple[str | None, bool]:
 
 
 def variant_of_alias(alias: str) -> str:
+    """`"pac_s_pp_vit_l14"` -> `"pac_s_pp"` (the `PACSConfig.variant` that alias loads)."""
     return next(variant for variant in ("pac_s_pp", "pac_s", "clip_s") if alias.startswith(variant))
 
 
