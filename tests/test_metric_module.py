@@ -12,8 +12,10 @@ import numpy as np
 import PIL.Image
 import pytest
 
+import modeling_pacs
 from modeling_pacs.cli import main
 from modeling_pacs.loading import load_model
+from modeling_pacs.metric_registration import metric_script_path
 from modeling_pacs.tiny import make_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -185,3 +187,11 @@ print(json.dumps({{"file": __import__("inspect").getfile(type(pacs)), "results":
     expected = engine.score(image_paths, CAPTIONS, references=REFERENCES)
     assert answer["results"]["scores"] == expected.scores.tolist()
     assert answer["results"]["ref_scores"] == expected.ref_scores.tolist()
+
+
+def test_metric_script_ships_inside_the_package():
+    # The package holds the real file (so wheels carry it); the repository's metric folder links to it.
+    packaged = metric_script_path()
+    assert packaged.is_file() and not packaged.is_symlink()
+    assert packaged.parent.parent == Path(modeling_pacs.__file__).parent
+    assert (REPO_ROOT / "metric" / "pacs_pp" / "pacs_pp.py").resolve() == packaged.resolve()
