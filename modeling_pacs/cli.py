@@ -202,6 +202,15 @@ def main(argv: list[str] | None = None):
     from .convert import build_parser as build_convert_parser
 
     build_convert_parser(commands.add_parser("convert", help="convert an official PAC-S / PAC-S++ checkpoint"))
+    register = commands.add_parser(
+        "register-metric",
+        help="install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder",
+    )
+    register.add_argument(
+        "--modules-cache",
+        type=Path,
+        help="evaluate's modules cache (default: $HF_MODULES_CACHE, i.e. $HF_HOME/modules)",
+    )
     args = parser.parse_args(argv)
     if args.command == "score":
         try:
@@ -217,6 +226,12 @@ def main(argv: list[str] | None = None):
         from .convert import run_conversion
 
         return run_conversion(args)
+    elif args.command == "register-metric":
+        from .metric_registration import register_metric
+
+        for copy in register_metric(args.modules_cache):
+            print(f"registered {copy}")
+        print("evaluate.load('pacs_pp') and evaluate.load('pacs-pp/pacs_pp') now load it from any folder, offline too")
 
 
 if __name__ == "__main__":

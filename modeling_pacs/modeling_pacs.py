@@ -320,12 +320,15 @@ class PACSModel(PACSPreTrainedModel):
         batch_size: int = 64,
         progress: bool | None = None,
         num_workers: int | None = None,
+        item_indices: list[int] | None = None,
     ) -> torch.Tensor:
         """Projected image embeddings `E_v(v)` of `[N, projection_dim]` (unnormalised, fp32).
 
         Images are decoded and preprocessed in a thread pool (PIL releases the GIL) while the encoder runs.
+        `item_indices` are the indices that error messages name (default: positions in `images`).
         """
         images = list(images)
+        item_indices = item_indices or list(range(len(images)))
         size = self.config.backbone_config.vision_config.image_size
         embeds = torch.empty(len(images), self.config.backbone_config.projection_dim)
         num_workers = num_workers or min(8, os.cpu_count() or 1)
@@ -334,7 +337,7 @@ class PACSModel(PACSPreTrainedModel):
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             for start in self.progress_bar(starts, "encoding images", len(images), progress):
                 indices = range(start, min(start + batch_size, len(images)))
-                pixels = list(pool.map(lambda i: load_and_preprocess(images[i], i, size), indices))
+                pixels = list(pool.map(lambda i: load_and_preprocess(images[i], item_indices[i], size), indices))
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
                 outputs = self.clip.vision_model(pixel_values=pixel_values)
                 embeds[start : start + len(indices)] = self.clip.visual_projection(outputs.pooler_output).float().cpu()
@@ -380,7 +383,11 @@ class PACSModel(PACSPreTrainedModel):
                 reference_owner.extend([item] * len(item_references))
         unique_texts, text_index = deduplicate(texts, lambda text: text)
 
-        image_embeds = self.encode_images(unique_images, image_batch_size, progress)[image_index]
+        # Errors name the first item that uses a broken image, not its position among the unique images.
+        first_items = torch.full((len(unique_images),), len(images))
+        first_items = first_items.scatter_reduce(0, image_index, torch.arange(len(images)), reduce="amin").tolist()
+        unique_image_embeds = self.encode_images(unique_images, image_batch_size, progress, item_indices=first_items)
+        image_embeds = unique_image_embeds[image_index]
         text_embeds = self.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
         candidate_embeds = text_embeds[: len(candidates)]
 

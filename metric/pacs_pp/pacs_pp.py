@@ -1,0 +1,1 @@
+../../modeling_pacs/metric_module/pacs_pp.py

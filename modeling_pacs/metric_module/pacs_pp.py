@@ -1,0 +1,276 @@
+"""PAC-S++ / PAC-S / CLIP-S (and their reference-based versions) as an `evaluate` metric.
+
+A thin wrapper: models load through `modeling_pacs.loading.load_model` and every score comes from
+`PACSModel.score`. Images never pass through Arrow as pixels: paths are stored as strings, and in-memory images
+(PIL, arrays, bytes) stay in this process until `compute`, so nothing is re-encoded to PNG.
+"""
+
+import os
+
+import datasets
+import evaluate
+import numpy as np
+import PIL.Image
+import torch
+
+from modeling_pacs.inputs import check_captions, check_references, describe_image
+from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.modeling_pacs import PACSModel
+
+_CITATION = """\
+@article{sarto2024positive,
+  title={{Positive-Augmented Contrastive Learning for Vision-and-Language Evaluation and Training}},
+  author={Sarto, Sara and Moratelli, Nicholas and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
+  journal={arXiv preprint},
+  year={2024}
+}
+@inproceedings{sarto2023positive,
+  title={{Positive-Augmented Contrastive Learning for Image and Video Captioning Evaluation}},
+  author={Sarto, Sara and Barraco, Manuele and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
+  booktitle={Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition},
+  year={2023}
+}
+@inproceedings{hessel2021clipscore,
+  title={{CLIPScore: A Reference-free Evaluation Metric for Image Captioning}},
+  author={Hessel, Jack and Holtzman, Ari and Forbes, Maxwell and Le Bras, Ronan and Choi, Yejin},
+  booktitle={Proceedings of the Conference on Empirical Methods in Natural Language Processing},
+  year={2021}
+}
+"""
+
+_DESCRIPTION = """\
+PAC-S++ scores how well a caption describes an image: `w * max(cos(E_v(image), E_t(caption)), 0)` with CLIP
+encoders fine-tuned by positive-augmented contrastive learning (LoRA adapters). With references, RefPAC-S++ is the
+harmonic mean of that score and the best caption-reference cosine. The same module computes CLIP-S / RefCLIP-S
+and PAC-S / RefPAC-S (pick them with `config_name` or `model`).
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions (`list` of `str`): candidate captions, one per image.
+    images (`list`): one image per prediction: file paths (fastest: stored as strings), PIL images, numpy arrays
+        (HxWxC uint8, or float in [0, 1]), raw bytes, or `datasets.Image(decode=False)` dicts. Repeated images are
+        encoded once.
+    references (`list` of `list` of `str`, *optional*): reference captions, one non-empty list per prediction.
+        Required by the reference-based configs (`refpac_s_pp`, `refpac_s`, `refclip_s`, ...).
+Returns:
+    metric (`str`): name of the reference-free score ("PAC-S++", "PAC-S" or "CLIP-S").
+    score (`float`): corpus score, the mean of `scores`.
+    scores (`list` of `float`): the score of each prediction.
+    ref_metric, ref_score, ref_scores: the same for the reference-based score ("RefPAC-S++", ...), with references.
+Examples:
+    >>> pacs = evaluate.load("pacs_pp", model="tiny")  # random weights: real runs use the default model
+    >>> results = pacs.compute(predictions=["a red circle"], images=["examples/images/red_circle.png"])
+    >>> sorted(results)
+    ['metric', 'score', 'scores']
+"""
+
+# Short config names pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
+SHORT_CONFIG_NAMES = {"pac_s_pp": "pac_s_pp_vit_b32", "pac_s": "pac_s_vit_b32", "clip_s": "clip_s_vit_b32"}
+REFERENCE_PREFIX = "ref"
+# Placeholder written to the Arrow column for an image that stays in this process (see `_store_images`).
+IN_MEMORY_PREFIX = "<pacs-pp in-memory image "
+IN_MEMORY_TYPES = (PIL.Image.Image, np.ndarray, torch.Tensor, bytes, bytearray, memoryview, dict)
+
+
+def config_names() -> list[str]:
+    """Every accepted `config_name`: the model aliases, their short forms, and "ref"-prefixed versions."""
+    names = sorted(set(PRETRAINED_MODELS) | set(SHORT_CONFIG_NAMES))
+    return ["default", *names, *(REFERENCE_PREFIX + name for name in names)]
+
+
+def parse_config_name(config_name: str) -> tuple[str | None, bool]:
+    """`"refpac_s_pp"` -> (`"pac_s_pp_vit_b32"`, True); `"default"` -> (None, False)."""
+    if config_name == "default":
+        return None, False
+    requires_references = config_name.startswith(REFERENCE_PREFIX)
+    name = config_name.removeprefix(REFERENCE_PREFIX)
+    name = SHORT_CONFIG_NAMES.get(name, name)
+    if name not in PRETRAINED_MODELS:
+        raise ValueError(f"unknown config_name {config_name!r}: use one of {config_names()}")
+    return name, requires_references
+
+
+def variant_of_alias(alias: str) -> str:
+    """`"pac_s_pp_vit_l14"` -> `"pac_s_pp"` (the `PACSConfig.variant` that alias loads)."""
+    return next(variant for variant in ("pac_s_pp", "pac_s", "clip_s") if alias.startswith(variant))
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class PACSPlusPlus(evaluate.Metric):
+    """PAC-S++ metric. `evaluate.load("pacs_pp", config_name=..., model=..., device=..., dtype=...)`.
+
+    Args (of `evaluate.load`):
+        config_name: a model alias (`pac_s_pp_vit_b32`, `clip_s_vit_l14`, ...), a short name (`pac_s_pp`,
+            `pac_s`, `clip_s`), either prefixed with `ref` to require references (`refpac_s_pp`); default PAC-S++
+            ViT-B/32 with optional references.
+        model: overrides the weights: an alias, a Hub id, a local or converted model directory, `"tiny"`, or an
+            already loaded `PACSModel`.
+        device, dtype: as in `modeling_pacs.loading.load_model` (`"cuda"`, `"fp16"`, ...).
+        image_batch_size, text_batch_size, progress: passed to `PACSModel.score`.
+    """
+
+    def __init__(
+        self,
+        config_name: str | None = None,
+        model: str | PACSModel | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        image_batch_size: int = 64,
+        text_batch_size: int = 256,
+        progress: bool | None = None,
+        **kwargs,
+    ):
+        self.model_alias, self.requires_references = parse_config_name(config_name or "default")
+        self.model_argument = model
+        self.device = device
+        self.dtype = dtype
+        self.image_batch_size = image_batch_size
+        self.text_batch_size = text_batch_size
+        self.progress = progress
+        self.engine = model if isinstance(model, PACSModel) else None
+        self.in_memory_images = []
+        super().__init__(config_name=config_name, **kwargs)
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            module_type="metric",
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            # Images are declared as strings: paths are stored as is and never re-encoded as PNG.
+            features=datasets.Features(
+                {
+                    "predictions": datasets.Value("string"),
+                    "images": datasets.Value("string"),
+                    "references": datasets.Sequence(datasets.Value("string")),
+                }
+            ),
+            homepage="https://github.com/aimagelab/pacscore",
+            codebase_urls=["https://github.com/aimagelab/pacscore"],
+            reference_urls=["https://arxiv.org/abs/2303.12112"],
+        )
+
+    def _download_and_prepare(self, dl_manager):
+        self.load_engine()
+
+    def load_engine(self) -> PACSModel:
+        """Load the scoring model once (at `evaluate.load`), checking it against the config's variant."""
+        if self.engine is None:
+            name = self.model_argument or self.model_alias or DEFAULT_MODEL
+            self.engine = load_model(name, device=self.device, dtype=self.dtype)
+        if self.model_alias is not None and self.engine.config.variant != variant_of_alias(self.model_alias):
+            raise ValueError(
+                f"config_name {self.config_name!r} asks for {variant_of_alias(self.model_alias)} but model "
+                f"'{self.engine.name_or_path}' is a {self.engine.config.variant} model: with model=, pass no "
+                f"config_name or one of the same variant (e.g. '{self.engine.config.variant}' or "
+                f"'{REFERENCE_PREFIX}{self.engine.config.variant}')"
+            )
+        return self.engine
+
+    # -------------------------------------------------------------------------------------- gathering inputs
+    def add_batch(self, *, predictions=None, images=None, references=None, **kwargs):
+        """Validate a batch (clear messages naming the item) and store it; images stay paths or in memory."""
+        if kwargs:
+            raise ValueError(f"unexpected inputs {sorted(kwargs)}: pass predictions=, images= and references=")
+        if predictions is None or images is None:
+            raise ValueError("pass both predictions= (captions) and images= (one image per caption)")
+        start = len(self)
+        predictions = check_captions(predictions, "prediction")
+        images = [images] if isinstance(images, (str, os.PathLike)) else list(images)
+        if len(images) != len(predictions):
+            raise ValueError(
+                f"got {len(predictions)} predictions and {len(images)} images: pass exactly one image per "
+                "prediction (repeat an image for each of its captions; repeats are encoded once)"
+            )
+        if references is None:
+            references = [[] for _ in predictions]
+        else:
+            references = check_references(references, len(predictions))
+        super().add_batch(predictions=predictions, images=self._store_images(images, start), references=references)
+
+    def add(self, *, prediction=None, image=None, reference=None, **kwargs):
+        """Add one caption with its image (and optionally its list of references)."""
+        self.add_batch(
+            predictions=[prediction],
+            images=[image],
+            references=None if reference is None else [reference],
+            **kwargs,
+        )
+
+    def compute(self, *, predictions=None, images=None, references=None, **kwargs) -> dict | None:
+        """Score everything added so far plus the given batch; see the module description for the outputs."""
+        try:
+            if predictions is not None or images is not None or references is not None:
+                self.add_batch(predictions=predictions, images=images, references=references)
+            elif self.writer is None:
+                raise ValueError("nothing to score: pass predictions= and images= to compute, or call add_batch first")
+            return super().compute(**kwargs)
+        finally:
+            self.in_memory_images = []
+
+    def _store_images(self, images: list, start: int) -> list[str]:
+        """Paths become strings for the Arrow column; other images stay here and a placeholder goes to Arrow."""
+        stored = []
+        for offset, image in enumerate(images):
+            index = start + offset
+            if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
+                image = image["path"]
+            if isinstance(image, (str, os.PathLike)):
+                path = os.fspath(image)
+                if not os.path.isfile(path):
+                    raise FileNotFoundError(f"image {index} ('{path}') does not exist or is not a file")
+                stored.append(path)
+            elif isinstance(image, IN_MEMORY_TYPES):
+                stored.append(f"{IN_MEMORY_PREFIX}{self.process_id}:{len(self.in_memory_images)}>")
+                self.in_memory_images.append(image)
+            else:
+                raise TypeError(
+                    f"image {index} is {describe_image(image)}: pass a path, a PIL image, a numpy array or bytes"
+                )
+        return stored
+
+    def _restore_images(self, stored: list[str]) -> list:
+        images = []
+        for index, image in enumerate(stored):
+            if not image.startswith(IN_MEMORY_PREFIX):
+                images.append(image)
+                continue
+            process_id, position = image[len(IN_MEMORY_PREFIX) : -1].split(":")
+            if int(process_id) != self.process_id:
+                raise ValueError(
+                    f"image {index} is an in-memory image added by process {process_id}: with num_process > 1, "
+                    "pass images as file paths so that process 0 can read them"
+                )
+            images.append(self.in_memory_images[int(position)])
+        return images
+
+    # -------------------------------------------------------------------------------------------- scoring
+    def _compute(self, predictions, images, references):
+        with_references = [index for index, item_references in enumerate(references) if item_references]
+        if self.requires_references and len(with_references) < len(predictions):
+            missing = next(index for index, item in enumerate(references) if not item)
+            raise ValueError(
+                f"config {self.config_name!r} is reference-based but prediction {missing} has no references: pass "
+                "references=[[...], ...] (one non-empty list per prediction), or load a reference-free config "
+                f"such as {self.config_name[len(REFERENCE_PREFIX) :]!r}"
+            )
+        if with_references and len(with_references) < len(predictions):
+            missing = next(index for index, item in enumerate(references) if not item)
+            raise ValueError(
+                f"prediction {missing} has no references while prediction {with_references[0]} has some: pass "
+                "references for every prediction, or for none (reference-free score only)"
+            )
+        output = self.load_engine().score(
+            self._restore_images(images),
+            predictions,
+            references=references if with_references else None,
+            image_batch_size=self.image_batch_size,
+            text_batch_size=self.text_batch_size,
+            progress=self.progress,
+        )
+        free_name, ref_name = self.engine.config.score_names
+        results = {"metric": free_name, "score": output.mean_score, "scores": output.scores.tolist()}
+        if output.ref_scores is not None:
+            results.update(ref_metric=ref_name, ref_score=output.mean_ref_score, ref_scores=output.ref_scores.tolist())
+        return results

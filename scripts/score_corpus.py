@@ -1,0 +1,426 @@
+"""Score a large caption corpus with PAC-S++ (or CLIP-S / PAC-S): sharded, streaming, resumable.
+
+Rows are read as a stream (memory does not grow with the corpus) and cut into shards of `--shard-size` consecutive
+rows; shard k belongs to process `k % num_processes`. Each finished shard is written atomically to
+`OUTPUT_DIR/shards/shard-KKKKKKK.jsonl`; a rerun skips the shards already there, so an interrupted run resumes
+without rescoring or losing anything. When every shard is done, the main process merges them, in row order, into
+`OUTPUT_DIR/scores.jsonl` (one `{"row": i, "PAC-S++": ...}` per row) and `OUTPUT_DIR/summary.json` (corpus means).
+
+Inputs: `.jsonl`, `.csv` (references as a JSON list), `.parquet`, a `datasets` folder (`save_to_disk`), or a
+`datasets` name/folder for `load_dataset` (streamed, with `--split`).
+
+Examples:
+    python scripts/score_corpus.py captions.jsonl --output-dir scores/
+    accelerate launch --num_processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
+    accelerate launch --multi_gpu --num_processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
+    torchrun --nproc_per_node 2 scripts/score_corpus.py captions.csv --output-dir scores/ --cpu
+(`accelerate launch --cpu` alone starts ONE process; several CPU processes need --multi_gpu or torchrun, plus --cpu.)
+"""
+
+import argparse
+import bisect
+import csv
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelerate import PartialState
+
+from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+
+logger = logging.getLogger("score_corpus")
+
+# Rows read from the input at a time; independent of the shard size, so reading never holds more than this.
+READ_BLOCK_ROWS = 4096
+SHARD_PATTERN = "shard-{:07d}.jsonl"
+MANIFEST_NAME = "manifest.json"
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+@dataclass
+class RowBlock:
+    """`size` consecutive rows starting at row `start`; `rows(a, b)` decodes rows `start+a .. start+b-1` only."""
+
+    start: int
+    size: int
+    rows: Callable[[int, int], list[dict]]
+
+
+def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
+    def decode(lines: list[str], first_row: int) -> Callable[[int, int], list[dict]]:
+        def rows(begin: int, end: int) -> list[dict]:
+            decoded = []
+            for offset, line in enumerate(lines[begin:end]):
+                try:
+                    decoded.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise SystemExit(f"{path}: row {first_row + begin + offset} is not valid JSON: {error}") from None
+            return decoded
+
+        return rows
+
+    start = 0
+    lines: list[str] = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.strip():
+                continue  # blank lines are not rows
+            lines.append(line)
+            if len(lines) == READ_BLOCK_ROWS:
+                yield RowBlock(start, len(lines), decode(lines, start))
+                start, lines = start + len(lines), []
+    if lines:
+        yield RowBlock(start, len(lines), decode(lines, start))
+
+
+def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
+    """Blocks over an iterator of already decoded rows (CSV, streamed `datasets`)."""
+    start = 0
+    block: list[dict] = []
+    for row in rows:
+        block.append(row)
+        if len(block) == READ_BLOCK_ROWS:
+            yield RowBlock(start, len(block), lambda begin, end, block=block: block[begin:end])
+            start, block = start + len(block), []
+    if block:
+        yield RowBlock(start, len(block), lambda begin, end, block=block: block[begin:end])
+
+
+def csv_rows(path: Path) -> Iterator[dict]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        yield from csv.DictReader(handle)
+
+
+def parquet_blocks(path: Path, columns: list[str]) -> Iterator[RowBlock]:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    available = set(parquet.schema_arrow.names)
+    start = 0
+    for batch in parquet.iter_batches(batch_size=READ_BLOCK_ROWS, columns=[c for c in columns if c in available]):
+        yield RowBlock(
+            start, batch.num_rows, lambda begin, end, batch=batch: batch.slice(begin, end - begin).to_pylist()
+        )
+        start += batch.num_rows
+
+
+def dataset_blocks(dataset) -> Iterator[RowBlock]:
+    """Blocks over a map-style `datasets.Dataset`: rows are only read for the shards this process scores."""
+
+    def rows(block_start: int) -> Callable[[int, int], list[dict]]:
+        def decode(begin: int, end: int) -> list[dict]:
+            columns = dataset[block_start + begin : block_start + end]
+            return [dict(zip(columns, values)) for values in zip(*columns.values())]
+
+        return decode
+
+    for start in range(0, len(dataset), READ_BLOCK_ROWS):
+        yield RowBlock(start, min(READ_BLOCK_ROWS, len(dataset) - start), rows(start))
+
+
+def undecoded_images(dataset, image_column: str):
+    """`datasets.Image` columns as `{"bytes", "path"}` dicts: the core decodes them, and only once per image."""
+    import datasets
+
+    features = dataset.features or {}
+    if isinstance(features.get(image_column), datasets.Image):
+        return dataset.cast_column(image_column, datasets.Image(decode=False))
+    return dataset
+
+
+def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
+    """The input as a stream of row blocks, whatever its format."""
+    source = args.input
+    columns = [args.image_column, args.caption_column, *filter(None, [args.references_column]), *args.keep_columns]
+    suffix = source.suffix.lower()
+    if source.is_file() and suffix == ".jsonl":
+        return jsonl_blocks(source)
+    if source.is_file() and suffix == ".csv":
+        return list_blocks(csv_rows(source))
+    if source.is_file() and suffix == ".parquet":
+        return parquet_blocks(source, columns)
+    if source.is_file():
+        raise SystemExit(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
+    import datasets
+
+    if (source / "dataset_info.json").is_file() or (source / "dataset_dict.json").is_file():
+        dataset = datasets.load_from_disk(str(source))
+        if isinstance(dataset, datasets.DatasetDict):
+            if args.split not in dataset:
+                raise SystemExit(f"{source}: no split '{args.split}' (splits: {sorted(dataset)}); pass --split")
+            dataset = dataset[args.split]
+        return dataset_blocks(undecoded_images(dataset, args.image_column))
+    streamed = datasets.load_dataset(str(source), split=args.split, streaming=True)
+    return list_blocks(iter(undecoded_images(streamed, args.image_column)))
+
+
+class ShardReader:
+    """Cuts the row stream into shards of `shard_size` rows and decodes only the shards `wanted(k)` accepts.
+
+    After the iteration, `num_rows` holds the corpus length (every process scans the whole stream, so each knows it).
+    """
+
+    def __init__(self, blocks: Iterator[RowBlock], shard_size: int, wanted: Callable[[int], bool]):
+        self.blocks = blocks
+        self.shard_size = shard_size
+        self.wanted = wanted
+        self.num_rows = None
+
+    def __iter__(self) -> Iterator[tuple[int, list[dict]]]:
+        shard_rows: list[dict] = []
+        row = 0
+        for block in self.blocks:
+            position = 0
+            while position < block.size:
+                row = block.start + position
+                shard = row // self.shard_size
+                end = min(block.size, (shard + 1) * self.shard_size - block.start)
+                if self.wanted(shard):
+                    shard_rows.extend(block.rows(position, end))
+                position = end
+                row = block.start + end
+                if row % self.shard_size == 0 and shard_rows:
+                    yield shard, shard_rows
+                    shard_rows = []
+        if shard_rows:
+            yield (row - 1) // self.shard_size, shard_rows
+        self.num_rows = row
+
+
+# ---------------------------------------------------------------------------------------------------- scoring
+def resolve_image(image, image_root: Path):
+    """Relative paths are resolved against `--image-root`; other image values (dicts, PIL) go to the core as is."""
+    if isinstance(image, str):
+        path = Path(os.path.expanduser(image))
+        return str(path if path.is_absolute() else image_root / path)
+    if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
+        return resolve_image(image["path"], image_root)
+    return image
+
+
+def parse_references(value, row: int) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.lstrip().startswith("[") else [value]
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"row {row}: references are not a valid JSON list: {error}") from None
+    if not value:
+        raise SystemExit(f"row {row} has no references: every row needs at least one with --references-column")
+    return list(value)
+
+
+def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, image_root: Path) -> list[dict]:
+    """Per-row results of one shard: `{"row", <score name>, [<ref score name>], kept columns}`."""
+    first_row = shard * args.shard_size
+    images, captions, references = [], [], []
+    needed = [args.image_column, args.caption_column, *filter(None, [args.references_column])]
+    for offset, row in enumerate(rows):
+        missing = [column for column in needed if row.get(column) is None]
+        if missing:
+            raise SystemExit(
+                f"row {first_row + offset} lacks {missing} (columns: {sorted(row)}); set --image-column, "
+                "--caption-column or --references-column"
+            )
+        images.append(resolve_image(row[args.image_column], image_root))
+        captions.append(row[args.caption_column])
+        if args.references_column:
+            references.append(parse_references(row[args.references_column], first_row + offset))
+    try:
+        output = model.score(
+            images,
+            captions,
+            references=references or None,
+            image_batch_size=args.batch_size,
+            text_batch_size=4 * args.batch_size,
+            progress=False,
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise SystemExit(
+            f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}; item i is row {first_row} + i): {error}. "
+            "Finished shards are kept: fix the input and rerun the same command to resume"
+        ) from None
+    free_name, ref_name = model.config.score_names
+    results = []
+    for offset, row in enumerate(rows):
+        result = {"row": first_row + offset, free_name: float(output.scores[offset])}
+        if output.ref_scores is not None:
+            result[ref_name] = float(output.ref_scores[offset])
+        result.update({column: row.get(column) for column in args.keep_columns})
+        results.append(result)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+def write_atomically(path: Path, lines: Iterator[str]):
+    """Write through a temporary file renamed into place: readers see the whole file or none of it."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            for line in lines:
+                file.write(line)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def run_manifest(args: argparse.Namespace) -> dict:
+    """What the shard files depend on: a resumed run must use the same values."""
+    return {
+        "input": str(args.input.resolve()),
+        "model": args.model,
+        "dtype": args.dtype,
+        "shard_size": args.shard_size,
+        "image_column": args.image_column,
+        "caption_column": args.caption_column,
+        "references_column": args.references_column,
+        "keep_columns": args.keep_columns,
+    }
+
+
+def check_manifest(output_dir: Path, manifest: dict, is_main: bool):
+    path = output_dir / MANIFEST_NAME
+    if path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        changed = {key: (previous.get(key), value) for key, value in manifest.items() if previous.get(key) != value}
+        if changed:
+            details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changed.items())
+            raise SystemExit(
+                f"{output_dir} holds shards of a different run ({details}): rerun with the same options to resume, "
+                "or use a new --output-dir"
+            )
+    elif is_main:
+        write_atomically(path, [json.dumps(manifest, indent=2) + "\n"])
+
+
+def merge_shards(output_dir: Path, num_rows: int, shard_size: int, model_name: str, score_names: tuple) -> dict:
+    """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums)."""
+    shard_dir = output_dir / "shards"
+    num_shards = math.ceil(num_rows / shard_size)
+    missing = [shard for shard in range(num_shards) if not (shard_dir / SHARD_PATTERN.format(shard)).is_file()]
+    if missing:
+        raise SystemExit(f"shards {missing[:10]} of {num_shards} are missing: rerun the same command to finish them")
+    sums = dict.fromkeys(score_names, 0.0)
+    counts = dict.fromkeys(score_names, 0)
+
+    def merged_lines() -> Iterator[str]:
+        expected_row = 0
+        for shard in range(num_shards):
+            with (shard_dir / SHARD_PATTERN.format(shard)).open(encoding="utf-8") as handle:
+                for line in handle:
+                    result = json.loads(line)
+                    if result["row"] != expected_row:
+                        raise SystemExit(f"shard {shard} has row {result['row']} where row {expected_row} belongs")
+                    expected_row += 1
+                    for name in score_names:
+                        if name in result:
+                            sums[name] += result[name]
+                            counts[name] += 1
+                    yield line
+        if expected_row != num_rows:
+            raise SystemExit(f"the shards hold {expected_row} rows, the input {num_rows}: delete {shard_dir}, rerun")
+
+    write_atomically(output_dir / "scores.jsonl", merged_lines())
+    means = {name: sums[name] / counts[name] for name in score_names if counts[name]}
+    summary = {"model": model_name, "num_items": num_rows, "num_shards": num_shards, "mean": means}
+    write_atomically(output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
+    for stale in shard_dir.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)  # left by a process killed mid-write; every writer has finished by now
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def shard_assignment(shard_dir: Path, state: PartialState) -> Callable[[int], bool]:
+    """Whether this process scores shard k: the shards not finished at start are dealt out round-robin.
+
+    Dealing out only the unfinished shards keeps a resumed run balanced across processes; every process lists the
+    finished shards before any of them writes a new one, so all agree on the deal.
+    """
+    finished = sorted(int(path.name[6:13]) for path in shard_dir.glob("shard-*.jsonl"))
+    state.wait_for_everyone()
+    finished_set = set(finished)
+
+    def wanted(shard: int) -> bool:
+        if shard in finished_set:
+            return False
+        unfinished_before = shard - bisect.bisect_left(finished, shard)
+        return unfinished_before % state.num_processes == state.process_index
+
+    return wanted
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("input", type=Path, help=".jsonl / .csv / .parquet file, or a datasets folder or name")
+    parser.add_argument("--output-dir", type=Path, required=True, help="shards, scores.jsonl and summary.json")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("PACS_MODEL", DEFAULT_MODEL),
+        help=f"alias ({', '.join(sorted(PRETRAINED_MODELS))}), Hub id, local directory, or 'tiny'",
+    )
+    parser.add_argument("--image-column", default="image")
+    parser.add_argument("--caption-column", default="caption")
+    parser.add_argument("--references-column", help="column with a list of references: also compute RefPAC-S++")
+    parser.add_argument("--keep-columns", nargs="*", default=[], help="input columns copied into the output rows")
+    parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
+    parser.add_argument("--split", default="train", help="split of a datasets input")
+    parser.add_argument("--shard-size", type=int, default=2048, help="rows per shard (the unit of resumption)")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per encoder batch (texts: 4x)")
+    parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    parser.add_argument("--cpu", action="store_true", help="score on CPU; CPU processes join through gloo")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Score this process's shards, then (main process) merge everything. Returns the summary on the main process."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.shard_size < 1:
+        raise SystemExit("--shard-size must be at least 1")
+    if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
+        raise SystemExit(f"input '{args.input}' does not exist")
+    state = PartialState(cpu=args.cpu)
+    launched_processes = int(os.environ.get("WORLD_SIZE", "1"))
+    if state.num_processes != launched_processes:
+        raise SystemExit(
+            f"launched as {launched_processes} processes but accelerate set up {state.num_processes}: on a machine "
+            "without GPUs pass --cpu (so the processes join through gloo instead of each scoring everything)"
+        )
+    image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
+    shard_dir = args.output_dir / "shards"
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    check_manifest(args.output_dir, run_manifest(args), state.is_main_process)
+
+    wanted = shard_assignment(shard_dir, state)
+    model = load_model(args.model, device=str(state.device), dtype=None if args.dtype == "fp32" else args.dtype)
+    reader = ShardReader(open_corpus(args), args.shard_size, wanted)
+    for shard, rows in reader:
+        results = score_shard(model, shard, rows, args, image_root)
+        write_atomically(
+            shard_dir / SHARD_PATTERN.format(shard), (json.dumps(r, ensure_ascii=False) + "\n" for r in results)
+        )
+        logger.info("process %d: shard %d (%d rows) done", state.process_index, shard, len(rows))
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return None
+    summary = merge_shards(args.output_dir, reader.num_rows, args.shard_size, args.model, model.config.score_names)
+    means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
+    print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
