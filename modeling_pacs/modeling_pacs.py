@@ -281,7 +281,7 @@ class PACSModel(PACSPreTrainedModel):
 
         With `return_tokens=True`, returns a [`PACSTextFeatures`] that also holds the projected embedding of every
         token (padded to the longest caption) for fine-grained video scoring. Captions are sorted by length into
-        batches, so each batch pads little; padding never changes a result.
+        batches, so each batch pads little; padding changes results only at float rounding level (<= 1e-6).
         """
         captions = check_captions(captions, "caption")
         tokens = self.tokenize(captions) if captions else None

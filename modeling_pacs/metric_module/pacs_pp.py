@@ -18,11 +18,13 @@ from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.modeling_pacs import PACSModel
 
 _CITATION = """\
-@article{sarto2024positive,
+@article{sarto2025positive,
   title={{Positive-Augmented Contrastive Learning for Vision-and-Language Evaluation and Training}},
   author={Sarto, Sara and Moratelli, Nicholas and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
-  journal={arXiv preprint},
-  year={2024}
+  journal={International Journal of Computer Vision},
+  year={2025},
+  eprint={2410.07336},
+  archivePrefix={arXiv}
 }
 @inproceedings{sarto2023positive,
   title={{Positive-Augmented Contrastive Learning for Image and Video Captioning Evaluation}},
