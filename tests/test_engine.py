@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
-from tests.helpers import random_image
 
 from modeling_pacs import PACSModel
 from modeling_pacs.loading import load_model, resolve_device
+from tests.helpers import random_image
 
 
 class RowCounter:

@@ -5,11 +5,11 @@ import io
 import numpy as np
 import pytest
 import torch
-from tests.helpers import random_image
 from PIL import Image
 from transformers import CLIPImageProcessorPil
 
 from modeling_pacs.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, load_image, preprocess_image
+from tests.helpers import random_image
 
 
 def torchvision_reference(image: Image.Image, size: int = 224) -> np.ndarray:

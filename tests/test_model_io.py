@@ -10,9 +10,9 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from tests.helpers import random_image
 
 from modeling_pacs import PACSModel
+from tests.helpers import random_image
 
 CAPTIONS = ["a dog on the grass", "a cat", "", "a red car parked in front of a house"]
 REFERENCES = [["a dog lying on a lawn", "grass and a dog"], ["a kitten"], ["a photo"], ["a car", "a red vehicle"]]

@@ -5,10 +5,10 @@ import copy
 import numpy as np
 import pytest
 import torch
-from tests.helpers import random_image
 from torchmetrics.functional.multimodal.clip_score import _clip_score_update
 
 from modeling_pacs.tiny import build_clip_processor
+from tests.helpers import random_image
 
 
 class TensorFeaturesCLIP:
