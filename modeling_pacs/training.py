@@ -85,7 +85,9 @@ class PACSLossOutput(ModelOutput):
     synthetic_caption_loss: torch.FloatTensor | None = None
 
 
-def symmetric_info_nce(image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
+def symmetric_info_nce(
+    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
     """Eq. 1: the mean of the image-to-text and text-to-image InfoNCE losses over the N x N cosine matrix.
 
     `logit_scale` is CLIP's log-parametrised inverse temperature: logits are `exp(logit_scale) * cos`.
@@ -493,7 +495,9 @@ def load_karpathy_rows(
             continue
         path = str(Path(image_root) / image.get("filepath", "") / image["filename"])
         for sentence in image["sentences"]:
-            rows.append({"image": path, "caption": sentence["raw"], "cocoid": image["cocoid"], "sentid": sentence["sentid"]})
+            rows.append(
+                {"image": path, "caption": sentence["raw"], "cocoid": image["cocoid"], "sentid": sentence["sentid"]}
+            )
     return rows
 
 

@@ -174,6 +174,8 @@ def write_model_card(directory: Path, model_args: ModelArguments, lambda_v: floa
 
 def main(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    # SPEC §3: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override these.
+    parser.set_defaults(learning_rate=1e-4, lr_scheduler_type="constant", optim="adamw_torch")
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
     if model_args.recipe not in RECIPES:

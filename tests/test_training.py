@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import datasets
@@ -96,8 +95,9 @@ def test_zero_lambdas_equal_clip_loss():
 
 def test_nonzero_lambda_without_embeddings_is_an_error():
     with pytest.raises(ValueError, match="synthetic_image_embeds is None but its loss weight is 0.1"):
-        pacs_contrastive_loss(torch.randn(2, 4), torch.randn(2, 4), logit_scale=torch.tensor(1.0), lambda_v=0.1,
-                              lambda_t=0.0)
+        pacs_contrastive_loss(
+            torch.randn(2, 4), torch.randn(2, 4), logit_scale=torch.tensor(1.0), lambda_v=0.1, lambda_t=0.0
+        )
 
 
 # ----------------------------------------------------------------------------------------------------- gather
@@ -119,7 +119,12 @@ def loss_and_gradients(rows: slice) -> tuple[float, list[torch.Tensor]]:
     encoders, inputs = encoder_and_inputs()
     image_encoder, text_encoder = encoders
     images, texts, synthetic_images, synthetic_texts = (x[rows] for x in inputs)
-    embeds = [image_encoder(images), text_encoder(texts), image_encoder(synthetic_images), text_encoder(synthetic_texts)]
+    embeds = [
+        image_encoder(images),
+        text_encoder(texts),
+        image_encoder(synthetic_images),
+        text_encoder(synthetic_texts),
+    ]
     embeds = [gather_with_gradient(x) for x in embeds]
     loss = pacs_contrastive_loss(*embeds, logit_scale=torch.tensor(2.0), lambda_v=0.1, lambda_t=0.001).loss
     loss.backward()
@@ -244,8 +249,13 @@ def trained_pacs_pp(workspace):
     initial_loss = trainer.evaluate(train_set)["eval_loss"]
     trainer.train()
     final_loss = trainer.evaluate(train_set)["eval_loss"]
-    return {"model": model, "trainer": trainer, "before": before, "losses": (initial_loss, final_loss),
-            "output_dir": output_dir}
+    return {
+        "model": model,
+        "trainer": trainer,
+        "before": before,
+        "losses": (initial_loss, final_loss),
+        "output_dir": output_dir,
+    }
 
 
 def test_pacs_pp_training_reduces_loss_and_changes_only_lora(trained_pacs_pp):
@@ -293,7 +303,13 @@ def test_early_stopping_counts_steps(workspace, tmp_path):
     """A frozen model (learning rate 0) never improves: patience 3 steps, evaluated every step, stops at step 4."""
     model = load_base(workspace, "pac_s_pp")
     trainer = make_trainer(
-        model, "pac_s_pp", workspace["data"], tmp_path, max_steps=40, learning_rate=0.0, eval_strategy="steps",
+        model,
+        "pac_s_pp",
+        workspace["data"],
+        tmp_path,
+        max_steps=40,
+        learning_rate=0.0,
+        eval_strategy="steps",
         eval_steps=1,
     )
     trainer.add_callback(StepPatienceEarlyStopping(patience_steps=3))
@@ -346,7 +362,8 @@ items = json.loads(sys.argv[2])
 out = model.score(items["images"], items["captions"], references=items["references"])
 from modeling_pacs.cli import score_main
 score_main([sys.argv[3], "--model", sys.argv[1], "--output", sys.argv[4], "--device", "cpu", "--no-progress"])
-print(json.dumps({"class": type(model).__module__, "scores": out.scores.tolist(), "ref_scores": out.ref_scores.tolist()}))
+result = {"class": type(model).__module__, "scores": out.scores.tolist(), "ref_scores": out.ref_scores.tolist()}
+print(json.dumps(result))
 """
 
 
@@ -357,9 +374,19 @@ def score_with_fresh_process(model_dir: Path, items: dict, tmp_path: Path) -> tu
     )
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_HOME=str(tmp_path / "hf_home"))
     result = subprocess.run(
-        [sys.executable, "-c", SCORE_IN_FRESH_PROCESS, str(model_dir), json.dumps(items), str(cli_input),
-         str(tmp_path / "cli_scores.json")],
-        capture_output=True, text=True, env=environment, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            SCORE_IN_FRESH_PROCESS,
+            str(model_dir),
+            json.dumps(items),
+            str(cli_input),
+            str(tmp_path / "cli_scores.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1]), json.loads((tmp_path / "cli_scores.json").read_text())
@@ -402,8 +429,15 @@ def test_torchrun_two_processes_trains_the_global_batch_loss(workspace, tmp_path
     result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     model_dir = output_dir / "model"
-    for name in ("config.json", "modeling_pacs.py", "model.safetensors", "adapter/adapter_model.safetensors",
-                 "processor_config.json", "tokenizer.json", "README.md"):
+    for name in (
+        "config.json",
+        "modeling_pacs.py",
+        "model.safetensors",
+        "adapter/adapter_model.safetensors",
+        "processor_config.json",
+        "tokenizer.json",
+        "README.md",
+    ):
         assert (model_dir / name).is_file(), name
     state = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
@@ -426,10 +460,48 @@ def test_torchrun_two_processes_trains_the_global_batch_loss(workspace, tmp_path
         lambda_v=recipe.lambda_v, lambda_t=recipe.lambda_t,
     ).loss  # fmt: skip
     assert distributed_loss == pytest.approx(float(single), abs=1e-5)
-    # The run trained: the adapter is not the zero-initialised one.
+    # The run trained: the merged adapter changed the base weights.
     with torch.no_grad():
         untrained = PACSModel.from_pretrained(workspace["base"], dtype=torch.float32)
-    assert not torch.allclose(
-        untrained.clip.visual_projection.weight @ untrained.clip.vision_model.embeddings.patch_embedding.weight.flatten(1),
-        model.clip.visual_projection.weight @ model.clip.vision_model.embeddings.patch_embedding.weight.flatten(1),
+    patch_embedding = "vision_model.embeddings.patch_embedding.weight"
+    assert not torch.equal(untrained.clip.get_parameter(patch_embedding), model.clip.get_parameter(patch_embedding))
+
+
+def test_karpathy_json_with_synthetic_shards(workspace, tmp_path):
+    """Karpathy rows (restval counts as train) joined with synthetic shards: images by sentid, captions by cocoid."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_pacs", REPO_ROOT / "scripts" / "train_pacs.py")
+    train_pacs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_pacs)
+    images = workspace["root"] / "images"
+    karpathy = {
+        "images": [
+            {"filepath": "", "filename": "real0.png", "split": "train", "cocoid": 10, "sentences": [
+                {"raw": "a red thing", "sentid": 100}, {"raw": "something red", "sentid": 101}]},
+            {"filepath": "", "filename": "real1.png", "split": "restval", "cocoid": 11, "sentences": [
+                {"raw": "a green thing", "sentid": 110}]},
+            {"filepath": "", "filename": "real2.png", "split": "val", "cocoid": 12, "sentences": [
+                {"raw": "a blue thing", "sentid": 120}]},
+            {"filepath": "", "filename": "real3.png", "split": "test", "cocoid": 13, "sentences": [
+                {"raw": "a yellow thing", "sentid": 130}]},
+        ]
+    }  # fmt: skip
+    (tmp_path / "dataset_coco.json").write_text(json.dumps(karpathy))
+    shards = tmp_path / "synthetic"
+    shards.mkdir()
+    synthetic_rows = [{"sentid": sentid, "synthetic_image": f"synthetic{sentid % 4}.png"} for sentid in (100, 110, 120)]
+    synthetic_rows += [{"cocoid": cocoid, "synthetic_caption": f"generated {cocoid}"} for cocoid in (10, 11, 12)]
+    (shards / "part-0.jsonl").write_text("".join(json.dumps(row) + "\n" for row in synthetic_rows))
+    for name in ("synthetic0.png", "synthetic2.png", "synthetic0.png"):
+        (shards / name).write_bytes((images / name).read_bytes())
+    data_args = train_pacs.DataArguments(
+        karpathy_json=str(tmp_path / "dataset_coco.json"), image_root=str(images), synthetic_data=str(shards)
     )
+    train, validation = train_pacs.load_dataset_splits(data_args, required_columns())
+    # sentid 101 has no synthetic image: skipped with a warning.
+    assert train["caption"] == ["a red thing", "a green thing"]
+    assert train["synthetic_image"] == [str(shards / "synthetic0.png"), str(shards / "synthetic2.png")]
+    assert train["synthetic_caption"] == ["generated 10", "generated 11"]
+    assert train["image"] == [str(images / "real0.png"), str(images / "real1.png")]
+    assert validation["caption"] == ["a blue thing"] and validation["row_index"] == [0]
