@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,9 @@ from transformers.utils import ModelOutput, logging
 from .configuration_pacs import VARIANT_DEFAULT_W
 from .inputs import load_and_preprocess
 from .modeling_pacs import PACSModel
+
+if TYPE_CHECKING:
+    import datasets
 
 logger = logging.get_logger(__name__)
 
@@ -288,7 +291,9 @@ def check_training_columns(column_names: Iterable[str], columns: list[str], what
         )
 
 
-def prepare_training_dataset(dataset, columns: list[str], what: str = "training dataset"):
+def prepare_training_dataset(
+    dataset: "datasets.Dataset", columns: list[str], what: str = "training dataset"
+) -> "datasets.Dataset":
     """Check the columns, keep images undecoded (decoding errors then name the row) and add `row_index`.
 
     Example:
@@ -501,7 +506,9 @@ def load_karpathy_rows(
     return rows
 
 
-def attach_synthetic_data(rows: list[dict[str, Any]], synthetic_rows: Iterable[dict[str, Any]], synthetic_root: Path):
+def attach_synthetic_data(
+    rows: list[dict[str, Any]], synthetic_rows: Iterable[dict[str, Any]], synthetic_root: Path
+) -> list[dict[str, Any]]:
     """Add `synthetic_image` (keyed by `sentid`: one per human caption) and `synthetic_caption` (keyed by `cocoid`:
     one per image) to Karpathy rows. Relative synthetic image paths are resolved against `synthetic_root`."""
     images_by_sentence, captions_by_image = {}, {}

@@ -3,15 +3,17 @@
 
 One optimisation step = encode a batch of (real image, caption, synthetic image, synthetic caption) tuples, the loss
 of Eq. 3, backward, AdamW. Inputs are already-preprocessed tensors (the data pipeline is timed separately, per
-tuple, with the real collator on generated 640x480 JPEGs). Both modes run in this process: LoRA first, so the peak
-RSS printed after it is LoRA's own, and the peak after full fine-tuning is full fine-tuning's.
+tuple, with the real collator on generated 640x480 JPEGs). Both modes run in this process, alternating over
+`--rounds` rounds (the best round of each counts, so a burst of load on a shared machine hurts neither mode more);
+a sampling thread records the peak resident memory while each mode runs.
 
     python scripts/benchmark_training.py --batch-size 32 --steps 3
 """
 
 import argparse
 import io
-import resource
+import os
+import threading
 import time
 
 import numpy as np
@@ -31,8 +33,29 @@ from modeling_pacs.training import (
 CAPTION = "a man riding a wave on top of a surfboard in the ocean"
 
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def current_rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class PeakMemory:
+    """Peak resident memory (MiB) of this process while the `with` block runs, sampled every 5 ms."""
+
+    def __enter__(self):
+        self.peak = current_rss_mib()
+        self.running = True
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def sample(self):
+        while self.running:
+            self.peak = max(self.peak, current_rss_mib())
+            time.sleep(0.005)
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
 
 
 def build_model(mode: str) -> PACSModel:
@@ -110,20 +133,25 @@ def time_collator(batch_size: int) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=2, help="timed steps per round (after one warm-up step)")
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch_size}, {args.steps} steps")
-    baseline_rss = peak_rss_mib()
-    lora_speed, lora_parameters = time_training("lora", args.batch_size, args.steps)
-    lora_rss = peak_rss_mib()
-    full_speed, full_parameters = time_training("full", args.batch_size, args.steps)
-    full_rss = peak_rss_mib()
+    print(f"resident memory at start: {current_rss_mib():.0f} MiB")
+    results = {"lora": [], "full": []}
+    for round_index in range(args.rounds):
+        for mode in results:
+            with PeakMemory() as memory:
+                speed, parameters = time_training(mode, args.batch_size, args.steps)
+            results[mode].append((speed, parameters, memory.peak))
+            print(f"round {round_index + 1} {mode:4s}: {speed:6.2f} tuples/s, peak RSS {memory.peak:.0f} MiB")
+    best = {mode: max(runs) for mode, runs in results.items()}
+    for mode, label in (("lora", "LoRA (PAC-S++)  "), ("full", "full fine-tuning")):
+        speed, parameters, _ = best[mode]
+        peak = max(run[2] for run in results[mode])
+        print(f"{label}: {speed:6.2f} tuples/s, {parameters:>11,} trained parameters, peak RSS {peak:.0f} MiB")
+    print(f"LoRA / full fine-tuning speed: {best['lora'][0] / best['full'][0]:.2f}x")
     collator_speed = time_collator(args.batch_size)
-    print(f"LoRA (PAC-S++)      : {lora_speed:7.2f} tuples/s, {lora_parameters:>11,} trained parameters")
-    print(f"full fine-tuning    : {full_speed:7.2f} tuples/s, {full_parameters:>11,} trained parameters")
-    print(f"LoRA / full speed   : {lora_speed / full_speed:7.2f}x")
-    print(f"peak RSS            : start {baseline_rss:.0f} MiB, after LoRA {lora_rss:.0f} MiB, ", end="")
-    print(f"after full fine-tuning {full_rss:.0f} MiB")
     print(f"collator (640x480 JPEGs, 1 process): {collator_speed:7.2f} tuples/s")
 
 
