@@ -27,7 +27,7 @@ from pathlib import Path
 import datasets
 from transformers import HfArgumentParser, TrainingArguments
 
-from modeling_pacs.loading import load_model
+from modeling_pacs.loading import PRETRAINED_MODELS, load_model
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (
     RECIPES,
@@ -186,7 +186,12 @@ def main(argv: list[str] | None = None):
     columns = required_columns(lambda_v != 0, lambda_t != 0)
 
     train, validation = load_dataset_splits(data_args, columns)
-    model = prepare_model_for_training(load_model(model_args.model_name_or_path), recipe).train()
+    model = load_model(model_args.model_name_or_path)
+    name = model_args.model_name_or_path
+    if not (Path(name).is_dir() or name.startswith("tiny")):
+        # The adapter's adapter_config.json names the Hub id of the weights it was trained on.
+        model.config.base_model_id = PRETRAINED_MODELS.get(name, name)
+    model = prepare_model_for_training(model, recipe).train()
     collator = PACSDataCollator(
         model,
         use_synthetic_images=SYNTHETIC_IMAGE_COLUMN in columns,
