@@ -1,0 +1,546 @@
+"""Training PAC-S++ and PAC-S: the positive-augmented contrastive loss, its distributed gather, data and Trainer.
+
+SPEC §3 (PAC-S++ paper Sec. 3.2 and 5.1). Not part of the published remote code: it may import `datasets`.
+
+Data flows one way: dataset rows `(image, caption, synthetic_image, synthetic_caption)` -> [`PACSDataCollator`]
+(decoding, official preprocessing, tokenisation with the scoring-time prompt prefix) -> [`PACSEncoderForTraining`]
+(one forward through both towers, so DDP sees it) -> [`gather_with_gradient`] (global batch) ->
+[`pacs_contrastive_loss`] (Eqs. 1-3).
+
+The prompt prefix: the official training code is not public. We tokenise training captions exactly as captions are
+tokenised at scoring time (`PACSModel.tokenize`, which prepends `config.prompt_prefix`, "A photo depicts "), so the
+adapted text encoder sees the input distribution it is evaluated on.
+"""
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from transformers import Trainer, TrainerCallback
+from transformers.trainer_callback import ExportableState
+from transformers.utils import ModelOutput, logging
+
+from .configuration_pacs import VARIANT_DEFAULT_W
+from .inputs import load_and_preprocess
+from .modeling_pacs import PACSModel
+
+if TYPE_CHECKING:
+    import datasets
+
+logger = logging.get_logger(__name__)
+
+IMAGE_COLUMN = "image"
+CAPTION_COLUMN = "caption"
+SYNTHETIC_IMAGE_COLUMN = "synthetic_image"
+SYNTHETIC_CAPTION_COLUMN = "synthetic_caption"
+# Added by `add_row_index` so that decoding errors name the dataset row, not the position in the batch.
+ROW_INDEX_COLUMN = "row_index"
+PATCH_EMBEDDING_MODULE = "patch_embedding"
+
+
+# ----------------------------------------------------------------------------------------------------- recipes
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """What is trained and how the three loss terms are weighted (SPEC §3).
+
+    Args:
+        variant: the `PACSConfig.variant` of the trained model.
+        lambda_v: weight of the (synthetic image, real caption) term of Eq. 3.
+        lambda_t: weight of the (real image, synthetic caption) term of Eq. 3.
+        use_lora: train LoRA adapters (base weights frozen); otherwise train only the two final projections.
+    """
+
+    variant: str
+    lambda_v: float
+    lambda_t: float
+    use_lora: bool
+
+
+RECIPES = {
+    "pac_s_pp": TrainingRecipe(variant="pac_s_pp", lambda_v=0.1, lambda_t=0.001, use_lora=True),
+    "pac_s": TrainingRecipe(variant="pac_s", lambda_v=0.05, lambda_t=0.1, use_lora=False),
+}
+
+
+# ----------------------------------------------------------------------------------------------------- loss
+@dataclass
+class PACSLossOutput(ModelOutput):
+    """
+    The loss of Eq. 3 and its three terms.
+
+    Args:
+        loss (`torch.FloatTensor`): `L(V,T) + lambda_v * L(V',T) + lambda_t * L(V,T')`.
+        real_loss (`torch.FloatTensor`): `L(V,T)`, Eq. 1.
+        synthetic_image_loss (`torch.FloatTensor`, *optional*): `L(V',T)`, when synthetic images are used.
+        synthetic_caption_loss (`torch.FloatTensor`, *optional*): `L(V,T')`, Eq. 2, when synthetic captions are used.
+    """
+
+    loss: torch.FloatTensor | None = None
+    real_loss: torch.FloatTensor | None = None
+    synthetic_image_loss: torch.FloatTensor | None = None
+    synthetic_caption_loss: torch.FloatTensor | None = None
+
+
+def symmetric_info_nce(
+    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor
+) -> torch.Tensor:
+    """Eq. 1: the mean of the image-to-text and text-to-image InfoNCE losses over the N x N cosine matrix.
+
+    `logit_scale` is CLIP's log-parametrised inverse temperature: logits are `exp(logit_scale) * cos`.
+
+    Example:
+
+    ```python
+    >>> import math, torch
+    >>> embeds = torch.eye(2)
+    >>> float(symmetric_info_nce(embeds, embeds, torch.tensor(0.0)))  # doctest: +ELLIPSIS
+    0.3132...
+    >>> math.log(1 + math.exp(-1))  # each row: correct logit 1, wrong logit 0
+    0.31326168751822286
+    ```
+    """
+    image_embeds = F.normalize(image_embeds.float(), dim=-1)
+    text_embeds = F.normalize(text_embeds.float(), dim=-1)
+    logits = logit_scale.float().exp() * image_embeds @ text_embeds.T
+    targets = torch.arange(logits.shape[0], device=logits.device)
+    return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
+
+
+def pacs_contrastive_loss(
+    image_embeds: torch.Tensor,
+    text_embeds: torch.Tensor,
+    synthetic_image_embeds: torch.Tensor | None = None,
+    synthetic_text_embeds: torch.Tensor | None = None,
+    *,
+    logit_scale: torch.Tensor,
+    lambda_v: float,
+    lambda_t: float,
+) -> PACSLossOutput:
+    """Eq. 3: `L(V,T) + lambda_v * L(V',T) + lambda_t * L(V,T')`, each term a symmetric InfoNCE (Eqs. 1, 2).
+
+    Row i of every tensor belongs to the same training tuple `(v_i, t_i, v'_i, t'_i)`; the other rows are the
+    negatives. A term whose lambda is 0 is skipped and its embeddings may be `None`.
+
+    Args:
+        image_embeds, text_embeds: `[N, D]` embeddings of the real images and human captions (unnormalised).
+        synthetic_image_embeds: `[N, D]` embeddings of the images generated from the captions.
+        synthetic_text_embeds: `[N, D]` embeddings of the captions generated from the images.
+        logit_scale: CLIP's `logit_scale` parameter (the log of the inverse temperature).
+        lambda_v, lambda_t: weights of the synthetic-image and synthetic-caption terms.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> v, t = torch.randn(8, 16), torch.randn(8, 16)
+    >>> out = pacs_contrastive_loss(v, t, v, t, logit_scale=torch.tensor(4.6052), lambda_v=0.1, lambda_t=0.001)
+    >>> bool(out.loss > out.real_loss)
+    True
+    ```
+    """
+    real_loss = symmetric_info_nce(image_embeds, text_embeds, logit_scale)
+    output = PACSLossOutput(loss=real_loss, real_loss=real_loss)
+    for weight, images, texts, name, field in (
+        (lambda_v, synthetic_image_embeds, text_embeds, "synthetic_image_embeds", "synthetic_image_loss"),
+        (lambda_t, image_embeds, synthetic_text_embeds, "synthetic_text_embeds", "synthetic_caption_loss"),
+    ):
+        if weight == 0:
+            continue
+        if images is None or texts is None:
+            raise ValueError(f"{name} is None but its loss weight is {weight}: pass the embeddings or set it to 0")
+        term = symmetric_info_nce(images, texts, logit_scale)
+        output[field] = term
+        output.loss = output.loss + weight * term
+    return output
+
+
+class _GatherWithGradient(torch.autograd.Function):
+    """All-gather along dim 0 whose backward hands each process the summed gradient of its own rows."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
+        ctx.rank, ctx.num_rows = dist.get_rank(), tensor.shape[0]
+        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, tensor.contiguous())
+        return torch.cat(gathered)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> torch.Tensor:
+        # Every process computed the same global loss; summing their gradients and DDP's averaging of the
+        # parameter gradients together give exactly the single-process gradient of the global-batch loss.
+        grad = grad_output.contiguous()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.rank * ctx.num_rows : (ctx.rank + 1) * ctx.num_rows]
+
+
+def gather_with_gradient(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate `tensor` from every process (rank order), keeping the gradient path to the local rows.
+
+    Without an initialised process group (or with one process) it returns `tensor` unchanged. Every process must
+    pass the same number of rows (the Trainer's dataloaders guarantee it with even batches).
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> gather_with_gradient(torch.ones(2, 3)).shape  # single process
+    torch.Size([2, 3])
+    ```
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return tensor
+    return _GatherWithGradient.apply(tensor)
+
+
+# ----------------------------------------------------------------------------------------------------- model
+class PACSEncoderForTraining(nn.Module):
+    """Both towers of a [`PACSModel`] behind one `forward`, so DDP wraps and synchronises a single call.
+
+    Returns the projected (unnormalised) image and text embeddings and CLIP's `logit_scale`.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.tiny import make_tiny_model
+    >>> encoder = PACSEncoderForTraining(make_tiny_model(variant="clip_s"))
+    ```
+    """
+
+    def __init__(self, pacs_model: PACSModel):
+        super().__init__()
+        self.pacs_model = pacs_model
+
+    def forward(
+        self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        clip = self.pacs_model.clip
+        image_embeds = clip.get_image_features(pixel_values=pixel_values).pooler_output
+        text_embeds = clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        return image_embeds, text_embeds, clip.logit_scale
+
+
+def prepare_model_for_training(model: PACSModel, recipe: TrainingRecipe) -> PACSModel:
+    """Freeze what the recipe keeps fixed and attach what it trains; record the recipe in `model.config`.
+
+    PAC-S++: a fresh PEFT LoRA adapter (config's rank and alpha; r=4, alpha=1) on q/k/v/out, fc1, fc2 of both
+    towers and on the vision patch-embedding convolution, stored as `model._peft_model` so `save_pretrained` writes
+    the base weights plus `adapter/`. PAC-S: only `visual_projection` and `text_projection` are trainable.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.tiny import make_tiny_model
+    >>> model = prepare_model_for_training(make_tiny_model(variant="clip_s"), RECIPES["pac_s_pp"])
+    >>> "patch_embedding" in model.config.lora_target_modules
+    True
+    ```
+    """
+    if model.peft_model is not None:
+        raise ValueError(
+            "this model has an unmerged LoRA adapter attached: load it with merge_adapter=True (the default) so "
+            "training starts from merged weights"
+        )
+    model.requires_grad_(False)
+    model.config.variant = recipe.variant
+    model.config.w = VARIANT_DEFAULT_W[recipe.variant]
+    if recipe.use_lora:
+        from peft import LoraConfig, get_peft_model
+
+        targets = list(dict.fromkeys([*model.config.lora_target_modules, PATCH_EMBEDDING_MODULE]))
+        lora_config = LoraConfig(
+            r=model.config.lora_rank, lora_alpha=model.config.lora_alpha, target_modules=targets, lora_dropout=0.0
+        )
+        model._peft_model = get_peft_model(model.clip, lora_config)
+        model.config.lora_target_modules = targets
+        model.config.adapter_path = "adapter"
+        model.config.merge_adapter = True
+    else:
+        model.clip.visual_projection.requires_grad_(True)
+        model.clip.text_projection.requires_grad_(True)
+        model.config.adapter_path = None
+    return model
+
+
+# ----------------------------------------------------------------------------------------------------- data
+def required_columns(use_synthetic_images: bool = True, use_synthetic_captions: bool = True) -> list[str]:
+    """The dataset columns a training run reads."""
+    columns = [IMAGE_COLUMN, CAPTION_COLUMN]
+    if use_synthetic_images:
+        columns.append(SYNTHETIC_IMAGE_COLUMN)
+    if use_synthetic_captions:
+        columns.append(SYNTHETIC_CAPTION_COLUMN)
+    return columns
+
+
+def check_training_columns(column_names: Iterable[str], columns: list[str], what: str = "training dataset"):
+    """Raise naming the expected and the present columns when one is missing."""
+    column_names = list(column_names)
+    missing = [column for column in columns if column not in column_names]
+    if missing:
+        raise ValueError(
+            f"the {what} lacks column(s) {missing}: expected columns {columns} (images as paths, bytes or "
+            f"datasets.Image; captions as strings), found {column_names}. Rename columns with "
+            "dataset.rename_column, or set the loss weight of a missing synthetic column to 0"
+        )
+
+
+def prepare_training_dataset(
+    dataset: "datasets.Dataset", columns: list[str], what: str = "training dataset"
+) -> "datasets.Dataset":
+    """Check the columns, keep images undecoded (decoding errors then name the row) and add `row_index`.
+
+    Example:
+
+    ```python
+    >>> import datasets
+    >>> rows = datasets.Dataset.from_dict({"image": ["a.jpg"], "caption": ["a cat"]})
+    >>> prepare_training_dataset(rows, ["image", "caption"])[0]
+    {'image': 'a.jpg', 'caption': 'a cat', 'row_index': 0}
+    ```
+    """
+    import datasets
+
+    check_training_columns(dataset.column_names, columns, what)
+    for column in (IMAGE_COLUMN, SYNTHETIC_IMAGE_COLUMN):
+        feature = dataset.features.get(column)
+        if isinstance(feature, datasets.Image) and feature.decode:
+            dataset = dataset.cast_column(column, datasets.Image(decode=False))
+    if ROW_INDEX_COLUMN not in dataset.column_names:
+        dataset = dataset.add_column(ROW_INDEX_COLUMN, list(range(len(dataset))))
+    return dataset
+
+
+class PACSDataCollator:
+    """Turn rows with `image`, `caption` (and `synthetic_image`, `synthetic_caption`) into model tensors.
+
+    Images (paths, bytes, PIL, arrays or `datasets.Image` dicts) go through the official preprocessing
+    (`modeling_pacs.inputs.load_and_preprocess`); captions through `PACSModel.tokenize`, the scoring-time text
+    pipeline (prompt prefix included). Real and synthetic captions are padded together, so they share one length.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.tiny import make_tiny_model
+    >>> collator = PACSDataCollator(make_tiny_model(variant="clip_s"), use_synthetic_images=False)
+    >>> batch = collator([{"image": "cat.jpg", "caption": "a cat", "synthetic_caption": "a cat on a sofa"}])
+    >>> sorted(batch)
+    ['attention_mask', 'input_ids', 'pixel_values', 'synthetic_attention_mask', 'synthetic_input_ids']
+    ```
+    """
+
+    def __init__(self, model: PACSModel, use_synthetic_images: bool = True, use_synthetic_captions: bool = True):
+        self.model = model
+        self.image_size = model.config.backbone_config.vision_config.image_size
+        self.use_synthetic_images = use_synthetic_images
+        self.use_synthetic_captions = use_synthetic_captions
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        rows_index = [row.get(ROW_INDEX_COLUMN, position) for position, row in enumerate(rows)]
+        image_columns = [IMAGE_COLUMN] + ([SYNTHETIC_IMAGE_COLUMN] if self.use_synthetic_images else [])
+        caption_columns = [CAPTION_COLUMN] + ([SYNTHETIC_CAPTION_COLUMN] if self.use_synthetic_captions else [])
+        for row in rows:
+            check_training_columns(row.keys(), image_columns + caption_columns, "training row")
+        batch = {}
+        for column in image_columns:
+            pixels = [self.load_image(row[column], index, column) for row, index in zip(rows, rows_index)]
+            batch[column_key(column, "pixel_values")] = torch.stack(pixels)
+        captions = []
+        for column in caption_columns:
+            for row, index in zip(rows, rows_index):
+                if not isinstance(row[column], str):
+                    raise TypeError(
+                        f"row {index}, column '{column}': got {type(row[column]).__name__} ({row[column]!r}), "
+                        "expected a string"
+                    )
+                captions.append(row[column])
+        tokens = self.model.tokenize(captions)
+        for position, column in enumerate(caption_columns):
+            rows_slice = slice(position * len(rows), (position + 1) * len(rows))
+            batch[column_key(column, "input_ids")] = tokens["input_ids"][rows_slice]
+            batch[column_key(column, "attention_mask")] = tokens["attention_mask"][rows_slice]
+        return batch
+
+    def load_image(self, image: Any, row_index: int, column: str) -> torch.Tensor:
+        try:
+            return load_and_preprocess(image, row_index, self.image_size)
+        except (OSError, ValueError, TypeError) as error:
+            raise type(error)(f"row {row_index}, column '{column}': {error}") from error
+
+
+def column_key(column: str, tensor_name: str) -> str:
+    """Batch key of a column's tensor: `pixel_values` for `image`, `synthetic_input_ids` for `synthetic_caption`."""
+    return f"synthetic_{tensor_name}" if column.startswith("synthetic_") else tensor_name
+
+
+# ----------------------------------------------------------------------------------------------------- trainer
+class PACSTrainer(Trainer):
+    """A `Trainer` whose loss is Eq. 3 over the global batch (all processes' rows are the negatives).
+
+    The model is a [`PACSEncoderForTraining`]; the data collator a [`PACSDataCollator`]. Under `torchrun` or
+    `accelerate launch` each process encodes its own rows, the embeddings are gathered with their gradient, and every
+    process computes the global-batch loss, so 8 processes x 32 rows train exactly the loss of 256 rows on one.
+
+    Example:
+
+    ```python
+    >>> trainer = PACSTrainer(model=PACSEncoderForTraining(model), args=args, train_dataset=train,
+    ...                       data_collator=PACSDataCollator(model), lambda_v=0.1, lambda_t=0.001)
+    >>> trainer.train()
+    ```
+    """
+
+    def __init__(self, *args, lambda_v: float = 0.1, lambda_t: float = 0.001, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lambda_v = lambda_v
+        self.lambda_t = lambda_t
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        num_rows = inputs["pixel_values"].shape[0]
+        use_synthetic_images = self.lambda_v != 0
+        use_synthetic_captions = self.lambda_t != 0
+        pixel_values = inputs["pixel_values"]
+        if use_synthetic_images:
+            pixel_values = torch.cat([pixel_values, inputs["synthetic_pixel_values"]])
+        input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]
+        if use_synthetic_captions:
+            input_ids = torch.cat([input_ids, inputs["synthetic_input_ids"]])
+            attention_mask = torch.cat([attention_mask, inputs["synthetic_attention_mask"]])
+        image_embeds, text_embeds, logit_scale = model(
+            pixel_values=pixel_values, input_ids=input_ids, attention_mask=attention_mask
+        )
+        image_embeds = gather_with_gradient(image_embeds)
+        text_embeds = gather_with_gradient(text_embeds)
+        # After the gather, each process's rows are [real; synthetic] blocks in rank order: split them back.
+        world_size = image_embeds.shape[0] // pixel_values.shape[0]
+        image_blocks = image_embeds.view(world_size, -1, image_embeds.shape[-1])
+        text_blocks = text_embeds.view(world_size, -1, text_embeds.shape[-1])
+        output = pacs_contrastive_loss(
+            image_blocks[:, :num_rows].flatten(0, 1),
+            text_blocks[:, :num_rows].flatten(0, 1),
+            image_blocks[:, num_rows:].flatten(0, 1) if use_synthetic_images else None,
+            text_blocks[:, num_rows:].flatten(0, 1) if use_synthetic_captions else None,
+            logit_scale=logit_scale,
+            lambda_v=self.lambda_v,
+            lambda_t=self.lambda_t,
+        )
+        return (output.loss, output) if return_outputs else output.loss
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        # The validation output is the contrastive loss alone: no labels, no logits to collect.
+        inputs = self._prepare_inputs(inputs)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs)
+        return loss.detach(), None, None
+
+    def _remove_unused_columns(self, dataset, description=None):
+        # The collator reads the image and caption columns that the encoder's forward signature does not name.
+        return dataset
+
+
+class StepPatienceEarlyStopping(TrainerCallback, ExportableState):
+    """Stop when the validation loss has not improved for `patience_steps` optimisation steps (SPEC §3: 1,500).
+
+    transformers' `EarlyStoppingCallback` counts evaluations; the paper counts iterations. The best loss and its step
+    are saved in checkpoints, so a resumed run keeps counting from the right step.
+
+    Example:
+
+    ```python
+    >>> trainer.add_callback(StepPatienceEarlyStopping(patience_steps=1500))
+    ```
+    """
+
+    def __init__(self, patience_steps: int = 1500, threshold: float = 0.0, metric: str = "eval_loss"):
+        self.patience_steps = patience_steps
+        self.threshold = threshold
+        self.metric = metric
+        self.best_loss = math.inf
+        self.best_step = 0
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        loss = (metrics or {}).get(self.metric)
+        if loss is None:
+            return
+        if loss < self.best_loss - self.threshold:
+            self.best_loss, self.best_step = float(loss), state.global_step
+        elif state.global_step - self.best_step >= self.patience_steps:
+            logger.info(
+                f"early stopping at step {state.global_step}: {self.metric} has not improved on {self.best_loss:.6f} "
+                f"(step {self.best_step}) for {state.global_step - self.best_step} steps"
+            )
+            control.should_training_stop = True
+
+    def state(self) -> dict:
+        return {
+            "args": {"patience_steps": self.patience_steps, "threshold": self.threshold, "metric": self.metric},
+            "attributes": {"best_loss": self.best_loss, "best_step": self.best_step},
+        }
+
+
+# ----------------------------------------------------------------------------------------------------- COCO
+def load_karpathy_rows(
+    karpathy_json: str | Path, image_root: str | Path, splits: Iterable[str]
+) -> list[dict[str, Any]]:
+    """One row per (image, human caption) of the Karpathy splits: `image` path, `caption`, `cocoid`, `sentid`.
+
+    `restval` belongs to the training split (SPEC §3): pass `splits=("train", "restval")`.
+    """
+    splits = set(splits)
+    data = json.loads(Path(karpathy_json).read_text())
+    rows = []
+    for image in data["images"]:
+        if image["split"] not in splits:
+            continue
+        path = str(Path(image_root) / image.get("filepath", "") / image["filename"])
+        for sentence in image["sentences"]:
+            rows.append(
+                {"image": path, "caption": sentence["raw"], "cocoid": image["cocoid"], "sentid": sentence["sentid"]}
+            )
+    return rows
+
+
+def attach_synthetic_data(
+    rows: list[dict[str, Any]], synthetic_rows: Iterable[dict[str, Any]], synthetic_root: Path
+) -> list[dict[str, Any]]:
+    """Add `synthetic_image` (keyed by `sentid`: one per human caption) and `synthetic_caption` (keyed by `cocoid`:
+    one per image) to Karpathy rows. Relative synthetic image paths are resolved against `synthetic_root`."""
+    images_by_sentence, captions_by_image = {}, {}
+    for synthetic in synthetic_rows:
+        if synthetic.get(SYNTHETIC_IMAGE_COLUMN) is not None and synthetic.get("sentid") is not None:
+            image = synthetic[SYNTHETIC_IMAGE_COLUMN]
+            if isinstance(image, str) and not Path(image).is_absolute():
+                image = str(synthetic_root / image)
+            images_by_sentence[synthetic["sentid"]] = image
+        if synthetic.get(SYNTHETIC_CAPTION_COLUMN) is not None and synthetic.get("cocoid") is not None:
+            captions_by_image[synthetic["cocoid"]] = synthetic[SYNTHETIC_CAPTION_COLUMN]
+    for row in rows:
+        row[SYNTHETIC_IMAGE_COLUMN] = images_by_sentence.get(row["sentid"])
+        row[SYNTHETIC_CAPTION_COLUMN] = captions_by_image.get(row["cocoid"])
+    return rows
+
+
+__all__ = [
+    "RECIPES",
+    "PACSDataCollator",
+    "PACSEncoderForTraining",
+    "PACSLossOutput",
+    "PACSTrainer",
+    "StepPatienceEarlyStopping",
+    "TrainingRecipe",
+    "attach_synthetic_data",
+    "check_training_columns",
+    "gather_with_gradient",
+    "load_karpathy_rows",
+    "pacs_contrastive_loss",
+    "prepare_model_for_training",
+    "prepare_training_dataset",
+    "required_columns",
+    "symmetric_info_nce",
+]

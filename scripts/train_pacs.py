@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Train PAC-S++ (LoRA, lambda_v=0.1, lambda_t=0.001) or PAC-S (projections, 0.05 / 0.1) with positive-augmented
+contrastive learning (SPEC §3), and write a Hub-ready model directory.
+
+Data: COCO Karpathy (`--karpathy_json dataset_coco.json --image_root COCO_DIR --synthetic_data SHARDS`) or any
+`datasets` dataset with the columns `image`, `caption`, `synthetic_image`, `synthetic_caption`
+(`--dataset NAME_OR_DIR`, with `--train_split` / `--validation_split`).
+
+Examples:
+
+    # one process
+    python scripts/train_pacs.py --recipe pac_s_pp --karpathy_json dataset_coco.json --image_root coco/ \\
+        --synthetic_data synthetic/ --output_dir runs/pacs_pp --per_device_train_batch_size 256
+
+    # 8 GPUs, global batch 256: the contrastive negatives come from all 256 rows
+    torchrun --nproc_per_node 8 scripts/train_pacs.py --recipe pac_s_pp ... --per_device_train_batch_size 32
+
+    # continue an interrupted run
+    python scripts/train_pacs.py ... --resume_from_checkpoint runs/pacs_pp/checkpoint-3000
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+from transformers import HfArgumentParser, TrainingArguments
+
+from modeling_pacs.loading import PRETRAINED_MODELS, load_model
+from modeling_pacs.tiny import save_hub_ready
+from modeling_pacs.training import (
+    RECIPES,
+    SYNTHETIC_CAPTION_COLUMN,
+    SYNTHETIC_IMAGE_COLUMN,
+    PACSDataCollator,
+    PACSEncoderForTraining,
+    PACSTrainer,
+    StepPatienceEarlyStopping,
+    attach_synthetic_data,
+    load_karpathy_rows,
+    prepare_model_for_training,
+    prepare_training_dataset,
+    required_columns,
+)
+
+logger = logging.getLogger("train_pacs")
+
+
+@dataclass
+class ModelArguments:
+    """Which model to start from and which recipe to train."""
+
+    model_name_or_path: str = field(
+        default="openai/clip-vit-base-patch32",
+        metadata={"help": "CLIP Hub id or directory, a PAC-S++ model directory, or an alias of modeling_pacs.loading"},
+    )
+    recipe: str = field(default="pac_s_pp", metadata={"help": "pac_s_pp (LoRA) or pac_s (final projections only)"})
+    lambda_v: float | None = field(default=None, metadata={"help": "weight of L(V',T); default: the recipe's"})
+    lambda_t: float | None = field(default=None, metadata={"help": "weight of L(V,T'); default: the recipe's"})
+    final_model_dir: str | None = field(
+        default=None, metadata={"help": "where the Hub-ready model is written; default: OUTPUT_DIR/model"}
+    )
+
+
+@dataclass
+class DataArguments:
+    """Where the (image, caption, synthetic image, synthetic caption) tuples come from."""
+
+    dataset: str | None = field(
+        default=None, metadata={"help": "a datasets Hub id, a save_to_disk directory, or a data directory"}
+    )
+    train_split: str = field(default="train")
+    validation_split: str | None = field(default="validation")
+    karpathy_json: str | None = field(default=None, metadata={"help": "COCO Karpathy dataset_coco.json"})
+    image_root: str | None = field(default=None, metadata={"help": "COCO image folder (holds train2014/, val2014/)"})
+    synthetic_data: str | None = field(
+        default=None,
+        metadata={
+            "help": "synthetic shards: a save_to_disk directory or a folder of .parquet/.jsonl files with rows "
+            "{sentid, synthetic_image} (image generated from that caption) and {cocoid, synthetic_caption}"
+        },
+    )
+    max_train_samples: int | None = field(default=None)
+    max_eval_samples: int | None = field(default=None)
+    early_stopping_steps: int = field(
+        default=1500, metadata={"help": "stop when the validation loss has not improved for this many steps"}
+    )
+
+
+def load_dataset_splits(data_args: DataArguments, columns: list[str]):
+    """(train, validation) datasets with at least `columns`; validation may be None."""
+    if data_args.karpathy_json:
+        if not (data_args.image_root and data_args.synthetic_data):
+            raise SystemExit("--karpathy_json needs --image_root and --synthetic_data")
+        synthetic = load_synthetic_rows(Path(data_args.synthetic_data))
+        splits = {"train": ("train", "restval"), "validation": ("val",)}
+        built = {}
+        for name, karpathy_splits in splits.items():
+            rows = load_karpathy_rows(data_args.karpathy_json, data_args.image_root, karpathy_splits)
+            rows = attach_synthetic_data(rows, synthetic, Path(data_args.synthetic_data))
+            complete = [row for row in rows if all(row.get(column) is not None for column in columns)]
+            if len(complete) < len(rows):
+                logger.warning(f"{name}: {len(rows) - len(complete)} of {len(rows)} rows lack synthetic data; skipped")
+            built[name] = datasets.Dataset.from_list(complete)
+        train, validation = built["train"], built["validation"]
+    elif data_args.dataset:
+        path = Path(data_args.dataset)
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            loaded = datasets.load_from_disk(str(path))
+        else:
+            loaded = datasets.load_dataset(data_args.dataset)
+        if isinstance(loaded, datasets.Dataset):
+            train, validation = loaded, None
+        else:
+            if data_args.train_split not in loaded:
+                raise SystemExit(f"split '{data_args.train_split}' not in {list(loaded)}: set --train_split")
+            train = loaded[data_args.train_split]
+            validation = loaded.get(data_args.validation_split) if data_args.validation_split else None
+    else:
+        raise SystemExit("give --dataset, or --karpathy_json with --image_root and --synthetic_data")
+    if data_args.max_train_samples is not None:
+        train = train.select(range(min(data_args.max_train_samples, len(train))))
+    if validation is not None and data_args.max_eval_samples is not None:
+        validation = validation.select(range(min(data_args.max_eval_samples, len(validation))))
+    train = prepare_training_dataset(train, columns, "training dataset")
+    if validation is not None:
+        validation = prepare_training_dataset(validation, columns, "validation dataset")
+    return train, validation
+
+
+def load_synthetic_rows(path: Path) -> list[dict]:
+    """Rows of the synthetic shards (see --synthetic_data), images kept as paths or undecoded bytes."""
+    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
+        shards = datasets.load_from_disk(str(path))
+        if isinstance(shards, datasets.DatasetDict):
+            shards = datasets.concatenate_datasets(list(shards.values()))
+    else:
+        parquet, jsonl = sorted(path.glob("**/*.parquet")), sorted(path.glob("**/*.jsonl"))
+        if not (parquet or jsonl):
+            raise SystemExit(f"--synthetic_data {path}: no save_to_disk dataset, .parquet or .jsonl files found")
+        files = [str(file) for file in (parquet or jsonl)]
+        shards = datasets.load_dataset("parquet" if parquet else "json", data_files=files, split="train")
+    if isinstance(shards.features.get(SYNTHETIC_IMAGE_COLUMN), datasets.Image):
+        shards = shards.cast_column(SYNTHETIC_IMAGE_COLUMN, datasets.Image(decode=False))
+    return list(shards)
+
+
+def write_model_card(directory: Path, model_args: ModelArguments, lambda_v: float, lambda_t: float, metrics: dict):
+    """A minimal README.md model card (the full template is rendered by the project's model-card tooling)."""
+    recipe = RECIPES[model_args.recipe]
+    trained = "LoRA adapters (r=4) in both towers and the patch embedding" if recipe.use_lora else "the projections"
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [image-captioning, evaluation-metric, clip, pac-s]",
+        "---",
+        f"# {recipe.variant.upper().replace('_', '-').replace('PAC-S-PP', 'PAC-S++')} metric",
+        "",
+        f"Trained with positive-augmented contrastive learning from `{model_args.model_name_or_path}`: {trained}, "
+        f"lambda_v={lambda_v}, lambda_t={lambda_t}.",
+        "",
+        "```python",
+        "from transformers import AutoModel",
+        'model = AutoModel.from_pretrained("THIS_DIR", trust_remote_code=True, dtype="float32")',
+        'print(model.score(["cat.jpg"], ["a cat on a sofa"]).scores)',
+        "```",
+        "",
+        "Final training metrics: " + ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items())),
+        "",
+    ]
+    (directory / "README.md").write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None):
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    # SPEC §3: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override these.
+    parser.set_defaults(learning_rate=1e-4, lr_scheduler_type="constant", optim="adamw_torch")
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
+    if model_args.recipe not in RECIPES:
+        raise SystemExit(f"--recipe must be one of {sorted(RECIPES)}, got {model_args.recipe!r}")
+    recipe = RECIPES[model_args.recipe]
+    lambda_v = recipe.lambda_v if model_args.lambda_v is None else model_args.lambda_v
+    lambda_t = recipe.lambda_t if model_args.lambda_t is None else model_args.lambda_t
+    columns = required_columns(lambda_v != 0, lambda_t != 0)
+
+    train, validation = load_dataset_splits(data_args, columns)
+    model = load_model(model_args.model_name_or_path)
+    name = model_args.model_name_or_path
+    if not (Path(name).is_dir() or name.startswith("tiny")):
+        # The adapter's adapter_config.json names the Hub id of the weights it was trained on.
+        model.config.base_model_id = PRETRAINED_MODELS.get(name, name)
+    model = prepare_model_for_training(model, recipe).train()
+    collator = PACSDataCollator(
+        model,
+        use_synthetic_images=SYNTHETIC_IMAGE_COLUMN in columns,
+        use_synthetic_captions=SYNTHETIC_CAPTION_COLUMN in columns,
+    )
+    callbacks = []
+    if validation is not None and training_args.eval_strategy != "no":
+        callbacks.append(StepPatienceEarlyStopping(patience_steps=data_args.early_stopping_steps))
+    trainer = PACSTrainer(
+        model=PACSEncoderForTraining(model),
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=validation,
+        data_collator=collator,
+        callbacks=callbacks,
+        lambda_v=lambda_v,
+        lambda_t=lambda_t,
+    )
+    result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    metrics = dict(result.metrics)
+    if validation is not None:
+        metrics.update(trainer.evaluate())
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("all", metrics)
+    if trainer.is_world_process_zero():
+        final_dir = Path(model_args.final_model_dir or Path(training_args.output_dir) / "model")
+        save_hub_ready(model, final_dir)
+        write_model_card(final_dir, model_args, lambda_v, lambda_t, metrics)
+        logger.info(f"Hub-ready model written to {final_dir}")
+    return metrics
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
