@@ -149,6 +149,7 @@ def render_model_card(
     geometry=None,
     provenance: str | None = None,
     include_reported_results: bool = True,
+    base_model_id: str | None = None,
 ) -> str:
     """The README.md (YAML front matter + markdown) of a PAC-S / PAC-S++ model directory.
 
@@ -161,6 +162,7 @@ def render_model_card(
         geometry: the converted checkpoint's `CheckpointGeometry`, listed in the card.
         provenance: where the weights come from; defaults to the official checkpoint of the variant.
         include_reported_results: add the paper's reported results (model-index, marked as reported).
+        base_model_id: Hub id of the backbone, for models trained here (default: the variant's released backbone).
     """
     facts = variant_facts(variant)
     repo_id = repo_id or PRETRAINED_MODELS[variant]
@@ -184,7 +186,7 @@ def render_model_card(
             *(["pac-s-pp", "lora", "peft"] if is_pp else []),
             "custom_code",
         ],
-        "base_model": facts.base_model_id,
+        "base_model": base_model_id or facts.base_model_id,
     }
     if include_reported_results and variant in REPORTED_RESULTS:
         metadata["model-index"] = model_index(variant, repo_id.split("/")[-1])

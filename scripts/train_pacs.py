@@ -28,6 +28,8 @@ import datasets
 from transformers import HfArgumentParser, TrainingArguments
 
 from modeling_pacs.loading import PRETRAINED_MODELS, load_model
+from modeling_pacs.model_card import render_model_card
+from modeling_pacs.modeling_pacs import PACSModel
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (
     RECIPES,
@@ -146,30 +148,34 @@ def load_synthetic_rows(path: Path) -> list[dict]:
     return list(shards)
 
 
-def write_model_card(directory: Path, model_args: ModelArguments, lambda_v: float, lambda_t: float, metrics: dict):
-    """A minimal README.md model card (the full template is rendered by the project's model-card tooling)."""
+def write_model_card(
+    directory: Path, model: PACSModel, model_args: ModelArguments, lambda_v: float, lambda_t: float, metrics: dict
+):
+    """The project's model card (modeling_pacs.model_card) with this run's provenance; no reported results."""
     recipe = RECIPES[model_args.recipe]
+    large = model.config.backbone_config.vision_config.hidden_size >= 1024
+    variant = {
+        ("pac_s_pp", False): "pac_s_pp_vit_b32",
+        ("pac_s_pp", True): "pac_s_pp_vit_l14",
+        ("pac_s", False): "pac_s_vit_b32",
+        ("pac_s", True): "pac_s_openclip_vit_l14",
+    }[(recipe.variant, large)]
     trained = "LoRA adapters (r=4) in both towers and the patch embedding" if recipe.use_lora else "the projections"
-    lines = [
-        "---",
-        "library_name: transformers",
-        "tags: [image-captioning, evaluation-metric, clip, pac-s]",
-        "---",
-        f"# {recipe.variant.upper().replace('_', '-').replace('PAC-S-PP', 'PAC-S++')} metric",
-        "",
-        f"Trained with positive-augmented contrastive learning from `{model_args.model_name_or_path}`: {trained}, "
-        f"lambda_v={lambda_v}, lambda_t={lambda_t}.",
-        "",
-        "```python",
-        "from transformers import AutoModel",
-        'model = AutoModel.from_pretrained("THIS_DIR", trust_remote_code=True, dtype="float32")',
-        'print(model.score(["cat.jpg"], ["a cat on a sofa"]).scores)',
-        "```",
-        "",
-        "Final training metrics: " + ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items())),
-        "",
-    ]
-    (directory / "README.md").write_text("\n".join(lines))
+    final_metrics = ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items()))
+    provenance = (
+        f"trained here with `scripts/train_pacs.py` from `{model_args.model_name_or_path}` ({trained}; "
+        f"lambda_v={lambda_v}, lambda_t={lambda_t}); final metrics: {final_metrics}"
+    )
+    card = render_model_card(
+        variant,
+        repo_id=str(directory),
+        lora_mode=None,
+        provenance=provenance,
+        include_reported_results=False,
+        base_model_id=model.config.base_model_id,
+    )
+    (directory / "README.md").write_text(card, encoding="utf-8")
+    (directory / "README.md").chmod(0o644)
 
 
 def main(argv: list[str] | None = None):
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None):
     if trainer.is_world_process_zero():
         final_dir = Path(model_args.final_model_dir or Path(training_args.output_dir) / "model")
         save_hub_ready(model, final_dir)
-        write_model_card(final_dir, model_args, lambda_v, lambda_t, metrics)
+        write_model_card(final_dir, model, model_args, lambda_v, lambda_t, metrics)
         logger.info(f"Hub-ready model written to {final_dir}")
     return metrics
 

@@ -439,6 +439,8 @@ def test_torchrun_two_processes_trains_the_global_batch_loss(workspace, tmp_path
         "README.md",
     ):
         assert (model_dir / name).is_file(), name
+    card = (model_dir / "README.md").read_text()
+    assert card.startswith("---\n") and "library_name: transformers" in card and "trained here with" in card
     state = json.loads((output_dir / "checkpoint-2" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     distributed_loss = json.loads((output_dir / "all_results.json").read_text())["eval_loss"]
