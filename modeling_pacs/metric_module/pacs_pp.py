@@ -15,23 +15,12 @@ import torch
 
 from modeling_pacs.inputs import check_captions, check_references, describe_image
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.model_card import CITATION
 from modeling_pacs.modeling_pacs import PACSModel
 
-_CITATION = """\
-@article{sarto2025positive,
-  title={{Positive-Augmented Contrastive Learning for Vision-and-Language Evaluation and Training}},
-  author={Sarto, Sara and Moratelli, Nicholas and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
-  journal={International Journal of Computer Vision},
-  year={2025},
-  eprint={2410.07336},
-  archivePrefix={arXiv}
-}
-@inproceedings{sarto2023positive,
-  title={{Positive-Augmented Contrastive Learning for Image and Video Captioning Evaluation}},
-  author={Sarto, Sara and Barraco, Manuele and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
-  booktitle={Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition},
-  year={2023}
-}
+_CITATION = (
+    CITATION
+    + """
 @inproceedings{hessel2021clipscore,
   title={{CLIPScore: A Reference-free Evaluation Metric for Image Captioning}},
   author={Hessel, Jack and Holtzman, Ari and Forbes, Maxwell and Le Bras, Ronan and Choi, Yejin},
@@ -39,6 +28,7 @@ _CITATION = """\
   year={2021}
 }
 """
+)
 
 _DESCRIPTION = """\
 PAC-S++ scores how well a caption describes an image: `w * max(cos(E_v(image), E_t(caption)), 0)` with CLIP
