@@ -1,11 +1,18 @@
 """Shared fixtures: tiny random models built in code (never downloaded) and images made with PIL."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Tests never reach the network: the Hub is not reachable here, and tests must not depend on it.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+# The "tiny" alias builds its model once into this cache: keep the tests' copy out of the user's ~/.cache.
+if "PACS_PP_CACHE" not in os.environ:
+    os.environ["PACS_PP_CACHE"] = tempfile.mkdtemp(prefix="pacs_pp_test_cache_")
+    atexit.register(shutil.rmtree, os.environ["PACS_PP_CACHE"], ignore_errors=True)
 
 import pytest  # noqa: E402
 
