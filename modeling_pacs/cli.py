@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from .loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
@@ -33,6 +34,16 @@ examples:
 
 
 # ---------------------------------------------------------------------------------------------------- reading
+def resolve_image(image, image_root: Path):
+    """Relative paths (and `~`) are resolved against `image_root`; other image values go to the engine as they are."""
+    if isinstance(image, str):
+        path = Path(os.path.expanduser(image))
+        return str(path if path.is_absolute() else image_root / path)
+    if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
+        return resolve_image(image["path"], image_root)
+    return image
+
+
 def read_items(input_path: Path, image_root: Path) -> list[dict]:
     """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
     suffix = input_path.suffix.lower()
@@ -61,14 +72,13 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
         missing = [column for column in ("image", "caption") if column not in item]
         if missing:
             raise SystemExit(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
-        image = Path(os.path.expanduser(item["image"]))
-        item["image_path"] = str(image if image.is_absolute() else image_root / image)
+        item["image_path"] = resolve_image(item["image"], image_root)
     return items
 
 
 def attach_references(items: list[dict], references_path: Path, image_root: Path):
     mapping = json.loads(references_path.read_text(encoding="utf-8"))
-    by_path = {str(Path(key) if Path(key).is_absolute() else image_root / key): value for key, value in mapping.items()}
+    by_path = {resolve_image(key, image_root): value for key, value in mapping.items()}
     for item in items:
         references = by_path.get(item["image_path"])
         if references is None:
@@ -77,13 +87,21 @@ def attach_references(items: list[dict], references_path: Path, image_root: Path
 
 
 # ---------------------------------------------------------------------------------------------------- writing
-def write_atomically(path: Path, text: str):
-    """Write through a temporary file in the same folder, so a crash never leaves a half-written output."""
+def write_atomically(path: Path, chunks: Iterable[str]):
+    """Write through a temporary file renamed into place: readers (and a crash) see the whole file or none of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
-        file.write(text)
-    os.replace(temporary, path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
+            for chunk in chunks:
+                file.write(chunk)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def format_results(items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str) -> str:
@@ -165,7 +183,7 @@ def run_score(args: argparse.Namespace) -> dict:
     if args.output:
         suffix = args.output.suffix.lower()
         text = format_results(items, names, means, args.model, model.config.w, suffix)
-        write_atomically(args.output, text)
+        write_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if not math.isnan(value))
     print(f"{len(items)} captions scored with {args.model} (w={model.config.w}): mean {summary}")
     if args.output:

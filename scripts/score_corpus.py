@@ -24,13 +24,13 @@ import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate import PartialState
 
+from modeling_pacs.cli import resolve_image, write_atomically
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 
 logger = logging.getLogger("score_corpus")
@@ -193,16 +193,6 @@ class ShardReader:
 
 
 # ---------------------------------------------------------------------------------------------------- scoring
-def resolve_image(image, image_root: Path):
-    """Relative paths are resolved against `--image-root`; other image values (dicts, PIL) go to the core as is."""
-    if isinstance(image, str):
-        path = Path(os.path.expanduser(image))
-        return str(path if path.is_absolute() else image_root / path)
-    if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
-        return resolve_image(image["path"], image_root)
-    return image
-
-
 def parse_references(value, row: int) -> list[str]:
     if isinstance(value, str):
         try:
@@ -256,22 +246,6 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
 
 
 # ---------------------------------------------------------------------------------------------------- writing
-def write_atomically(path: Path, lines: Iterator[str]):
-    """Write through a temporary file renamed into place: readers see the whole file or none of it."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as file:
-            for line in lines:
-                file.write(line)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def run_manifest(args: argparse.Namespace) -> dict:
     """What the shard files depend on: a resumed run must use the same values."""
     return {
