@@ -374,18 +374,16 @@ class PACSModel(PACSPreTrainedModel):
         if references is not None:
             references = check_references(references, len(candidates))
 
-        unique_images, image_index = deduplicate(images, image_key)
+        unique_images, image_index, first_items = deduplicate(images, image_key)
         texts = list(candidates)
         reference_owner = []
         if references is not None:
             for item, item_references in enumerate(references):
                 texts.extend(item_references)
                 reference_owner.extend([item] * len(item_references))
-        unique_texts, text_index = deduplicate(texts, lambda text: text)
+        unique_texts, text_index, _ = deduplicate(texts, lambda text: text)
 
         # Errors name the first item that uses a broken image, not its position among the unique images.
-        first_items = torch.full((len(unique_images),), len(images))
-        first_items = first_items.scatter_reduce(0, image_index, torch.arange(len(images)), reduce="amin").tolist()
         unique_image_embeds = self.encode_images(unique_images, image_batch_size, progress, item_indices=first_items)
         image_embeds = unique_image_embeds[image_index]
         text_embeds = self.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
@@ -422,18 +420,21 @@ class PACSModel(PACSPreTrainedModel):
         return logging.tqdm(iterable, desc=description, unit="batch")
 
 
-def deduplicate(items: list, key) -> tuple[list, torch.Tensor]:
-    """Unique items in first-seen order, and for each input item the index of its unique copy."""
+def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
+    """Unique items in first-seen order, for each input item the index of its unique copy, and for each unique item
+    the position of its first occurrence in `items`."""
     positions: dict = {}
     unique = []
+    first_seen = []
     index = []
-    for item in items:
+    for position, item in enumerate(items):
         item_key = key(item)
         if item_key not in positions:
             positions[item_key] = len(unique)
             unique.append(item)
+            first_seen.append(position)
         index.append(positions[item_key])
-    return unique, torch.tensor(index, dtype=torch.long)
+    return unique, torch.tensor(index, dtype=torch.long), first_seen
 
 
 def mean_or_nan(values: torch.Tensor) -> float:
