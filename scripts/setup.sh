@@ -12,8 +12,9 @@ if "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$CONSTRAINTS"
 fi
 "$PY" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" -e ".[train,video,demo,dev]"
-# The original OpenAI CLIP code (tests compare against it); --no-deps: it asks for torchvision, which we do not need.
-"$PY" -m pip install -q --disable-pip-version-check --no-deps openai-clip==1.0.1
+# The original OpenAI CLIP and open_clip code (tests compare against both, loading their files by path);
+# --no-deps: they ask for torchvision (and timm), which have no CPU build matching this torch and are not needed.
+"$PY" -m pip install -q --disable-pip-version-check --no-deps openai-clip==1.0.1 open_clip_torch==3.3.0
 if [ "${1:-}" = "--tests" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive

