@@ -1,0 +1,424 @@
+"""Polos (Wada et al., CVPR 2024): a supervised, reference-based caption metric, in the pacs-pp engine.
+
+The whole model is in this file: CLIP features through the engine's PAC-S pipelines (`PACSModel.encode_images` /
+`encode_texts`: exact image pipeline, prefix "A photo depicts ", raw unnormalised features), SimCSE RoBERTa sentence
+embeddings (the CLS position of a 13-layer ScalarMix), the 6144-d feature vector, the MLP head with sigmoid and the
+max over references. The formulas are the pure functions of `scoring.py`; SPEC-polos.md cites the official code.
+
+Batch dependence (SPEC-polos §1.7-1.8). The official `predict` normalises RoBERTa states with statistics shared by a
+chunk of items, and cuts every item of a chunk to the chunk's smallest reference count. Two modes:
+
+- `"per_item"` (default): each sentence is normalised by its own statistics and every reference is used. A score
+  depends on its item only (deduplicable, cacheable, equal to the official `batch_size=1`).
+- `"official"`: the official chunking reproduced (consecutive chunks of `batch_size`, references cut to the chunk
+  minimum, one statistics group for the chunk's candidates and one per reference index); use it to reproduce the
+  published numbers (the validation scripts used `batch_size=32`).
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer, PreTrainedModel, RobertaModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput, logging
+
+from .configuration_pacs import PACSConfig
+from .configuration_polos import POLOS_MODES, PolosConfig
+from .inputs import ImageInput, check_captions, image_key
+from .modeling_pacs import PACSModel, deduplicate, make_world_readable, mean_or_nan, missing_weights_message
+from .scoring import max_by_owner, polos_features, polos_head, scalar_mix
+
+logger = logging.get_logger(__name__)
+
+CLIP_TOKENIZER_FOLDER = "clip_tokenizer"
+TEXT_TOKENIZER_FOLDER = "text_tokenizer"
+# What a dropped ScalarMix layer weight becomes in training (the official `dropout_fill`).
+DROPPED_LAYER_WEIGHT = -1e20
+
+
+@dataclass
+class PolosScoreOutput(ModelOutput):
+    """
+    Scores of [`PolosModel.score`].
+
+    Args:
+        scores (`torch.FloatTensor` of shape `(num_items,)`):
+            Polos score of each item, in (0, 1): the best score over its references.
+        mean_score (`float`):
+            Corpus score: the mean of `scores`.
+        reference_scores (`list[list[float]]`):
+            Score of each item against each reference it used.
+        num_references_used (`torch.LongTensor` of shape `(num_items,)`):
+            References each item used (`"official"` mode cuts a chunk to its smallest reference count).
+        mode (`str`):
+            `"per_item"` or `"official"`.
+    """
+
+    scores: torch.FloatTensor | None = None
+    mean_score: float | None = None
+    reference_scores: list | None = None
+    num_references_used: torch.LongTensor | None = None
+    mode: str | None = None
+
+
+class PolosScalarMix(nn.Module):
+    """The learned mix of the sentence encoder's hidden states (SPEC-polos §1.2); the math is `scoring.scalar_mix`."""
+
+    def __init__(self, num_layers: int, dropout: float):
+        super().__init__()
+        self.layer_weights = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(1))
+        self.dropout = dropout
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+        weights = self.layer_weights
+        if self.training and self.dropout:
+            # Each layer is dropped with probability `dropout`, afresh at every call (the official layer dropout).
+            dropped = torch.rand_like(weights) < self.dropout
+            weights = torch.where(dropped, torch.full_like(weights, DROPPED_LAYER_WEIGHT), weights)
+        return scalar_mix(hidden_states, attention_mask, weights, self.gamma[0], groups)
+
+
+class PolosHead(nn.Module):
+    """Linear + Tanh + Dropout per hidden size, a last Linear to 1, sigmoid (SPEC-polos §1.5)."""
+
+    def __init__(self, feature_size: int, hidden_sizes: list[int], dropout: float):
+        super().__init__()
+        sizes = [feature_size, *hidden_sizes, 1]
+        self.layers = nn.ModuleList(nn.Linear(inputs, outputs) for inputs, outputs in zip(sizes[:-1], sizes[1:]))
+        self.dropout = dropout
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        weights = [layer.weight for layer in self.layers]
+        biases = [layer.bias for layer in self.layers]
+        return polos_head(features, weights, biases, self.dropout, self.training)
+
+
+class PolosPreTrainedModel(PreTrainedModel):
+    config: PolosConfig
+    config_class = PolosConfig
+    base_model_prefix = "polos"
+    main_input_name = "pixel_values"
+    input_modalities = ("image", "text")
+    _no_split_modules = ["CLIPEncoderLayer", "RobertaLayer"]
+
+    def _init_weights(self, module):
+        # CLIP and RoBERTa are PreTrainedModels and initialise their own modules.
+        if isinstance(module, PolosScalarMix):
+            init.zeros_(module.layer_weights)
+            init.ones_(module.gamma)
+        elif isinstance(module, nn.Linear):
+            init.normal_(module.weight, mean=0.0, std=0.02)
+            init.zeros_(module.bias)
+
+
+class PolosModel(PolosPreTrainedModel):
+    r"""
+    Polos: scores a candidate caption against its image and its references, in (0, 1).
+
+    `from_pretrained` loads the weights, the CLIP tokenizer (`clip_tokenizer/`) and the RoBERTa tokenizer
+    (`text_tokenizer/`). Polos is reference-based only: every item needs at least one reference.
+
+    Example:
+
+    ```python
+    >>> from transformers import AutoModel
+    >>> model = AutoModel.from_pretrained("path/to/polos", trust_remote_code=True, dtype="float32")
+    >>> out = model.score(["cat.jpg"], ["a cat sleeping on a sofa"], [["a cat on a couch", "a sleeping cat"]])
+    >>> out.scores, out.mean_score
+    ```
+    """
+
+    def __init__(self, config: PolosConfig):
+        super().__init__(config)
+        clip_config = PACSConfig(
+            backbone_config=config.clip_config,
+            variant="clip_s",
+            adapter_path=None,
+            prompt_prefix=config.prompt_prefix,
+            max_text_length=config.max_text_length,
+        )
+        self.clip_encoder = PACSModel(clip_config)
+        self.text_encoder = RobertaModel(config.text_config, add_pooling_layer=False)
+        self.scalar_mix = PolosScalarMix(config.num_mixed_layers, config.scalar_mix_dropout)
+        self.head = PolosHead(config.feature_size, config.hidden_sizes, config.dropout)
+        self.text_tokenizer = None
+        self.post_init()
+
+    # ------------------------------------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """Load weights and both tokenizers."""
+        name_or_path = os.fspath(pretrained_model_name_or_path)
+        hub_kwargs = {
+            key: kwargs[key]
+            for key in ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
+            if key in kwargs
+        }
+        try:
+            model = super().from_pretrained(name_or_path, *model_args, **kwargs)
+        except OSError as error:
+            if Path(name_or_path).is_dir():
+                raise
+            raise OSError(missing_weights_message(name_or_path).replace("PAC-S++", "Polos")) from error
+        model.clip_tokenizer = AutoTokenizer.from_pretrained(
+            name_or_path, subfolder=CLIP_TOKENIZER_FOLDER, config=model.config.clip_config, **hub_kwargs
+        )
+        model.text_tokenizer = AutoTokenizer.from_pretrained(
+            name_or_path, subfolder=TEXT_TOKENIZER_FOLDER, config=model.config.text_config, **hub_kwargs
+        )
+        return model
+
+    @property
+    def clip_tokenizer(self):
+        """The CLIP tokenizer (held by the engine's CLIP encoder)."""
+        return self.clip_encoder.tokenizer
+
+    @clip_tokenizer.setter
+    def clip_tokenizer(self, tokenizer):
+        self.clip_encoder.tokenizer = tokenizer
+
+    def save_pretrained(self, save_directory, **kwargs):
+        """Save config, weights and both tokenizers (in `clip_tokenizer/` and `text_tokenizer/`)."""
+        save_directory = Path(save_directory)
+        super().save_pretrained(save_directory, **kwargs)
+        if self.clip_tokenizer is not None:
+            self.clip_tokenizer.save_pretrained(save_directory / CLIP_TOKENIZER_FOLDER)
+        if self.text_tokenizer is not None:
+            self.text_tokenizer.save_pretrained(save_directory / TEXT_TOKENIZER_FOLDER)
+        make_world_readable(save_directory)
+
+    # ------------------------------------------------------------------------------------------------ encoding
+    def tokenize_sentences(self, texts: list[str], labels: list[str]) -> list[list[int]]:
+        """RoBERTa ids of each raw text (no prefix, no whitespace normalisation), encoded alone as the official code
+        does. A text longer than the encoder's positions (512 tokens for RoBERTa-base) is refused, naming it:
+        the official code crashes on it, and cutting it silently would score a different caption."""
+        if self.text_tokenizer is None:
+            raise ValueError(
+                "this PolosModel has no RoBERTa tokenizer: load it with from_pretrained, or set "
+                "model.text_tokenizer = AutoTokenizer.from_pretrained('princeton-nlp/sup-simcse-roberta-base')"
+            )
+        if not texts:
+            return []
+        ids = self.text_tokenizer(texts, truncation=False, verbose=False)["input_ids"]
+        limit = self.config.max_text_tokens
+        for label, text, token_ids in zip(labels, texts, ids):
+            if len(token_ids) > limit:
+                raise ValueError(
+                    f"{label} ({text[:40]!r}...) has {len(token_ids)} RoBERTa tokens, more than the {limit} the "
+                    "sentence encoder accepts: shorten it (Polos refuses such captions instead of cutting them)"
+                )
+        return ids
+
+    def text_hidden_states(self, token_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """All hidden states `[L, B, T, D]` (embedding output first) of right-padded ids, and the `[B, T]` mask."""
+        lengths = [len(ids) for ids in token_ids]
+        pad_id = self.config.text_config.pad_token_id
+        input_ids = torch.full((len(token_ids), max(lengths)), pad_id, dtype=torch.long)
+        for row, ids in enumerate(token_ids):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        attention_mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
+        outputs = self.text_encoder(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            output_hidden_states=True,
+        )
+        return torch.stack(outputs.hidden_states), attention_mask.to(self.device)
+
+    def sentence_embeddings(self, token_ids: list[list[int]], groups: list[int]) -> torch.Tensor:
+        """The mixed CLS embedding of each sentence; sentences of one group share the ScalarMix statistics and are
+        encoded in one call, as one official RoBERTa call normalises its whole batch together."""
+        if not token_ids:
+            return torch.zeros(0, self.config.text_config.hidden_size, device=self.device)
+        group_tensor = torch.tensor(groups, dtype=torch.long)
+        _, local_groups = torch.unique(group_tensor, return_inverse=True)
+        hidden_states, attention_mask = self.text_hidden_states(token_ids)
+        mixed = self.scalar_mix(hidden_states, attention_mask, local_groups.to(self.device))
+        return mixed[:, 0, :]
+
+    def encode_sentences(
+        self, token_ids: list[list[int]], batch_size: int = 64, progress: bool | None = None
+    ) -> torch.Tensor:
+        """Per-item mode: each sentence normalised alone, batched by length (padding does not change a score)."""
+        embeds = torch.empty(len(token_ids), self.config.text_config.hidden_size)
+        order = sorted(range(len(token_ids)), key=lambda index: -len(token_ids[index]))
+        batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+        with torch.inference_mode():
+            for batch in self.clip_encoder.progress_bar(batches, "encoding sentences", len(token_ids), progress):
+                batch_ids = [token_ids[index] for index in batch]
+                embeds[batch] = self.sentence_embeddings(batch_ids, list(range(len(batch)))).float().cpu()
+        return embeds
+
+    def pair_scores(
+        self,
+        reference_text: torch.Tensor,
+        candidate_text: torch.Tensor,
+        image: torch.Tensor,
+        candidate_clip: torch.Tensor,
+        reference_clip: torch.Tensor,
+    ) -> torch.Tensor:
+        """Head score of each aligned (candidate, reference) row, in (0, 1)."""
+        features = polos_features(reference_text, candidate_text, image, candidate_clip, reference_clip)
+        return self.head(features.to(self.device, self.head.layers[0].weight.dtype)).float()
+
+    # ------------------------------------------------------------------------------------------------ scoring
+    def score(
+        self,
+        images: list[ImageInput],
+        candidates: list[str],
+        references: list[list[str]] | None = None,
+        mode: str | None = None,
+        batch_size: int | None = None,
+        image_batch_size: int = 64,
+        text_batch_size: int = 256,
+        progress: bool | None = None,
+    ) -> PolosScoreOutput:
+        """Score each candidate against its image and its references (max over references).
+
+        Args:
+            images: one image per candidate: paths, bytes, PIL images or arrays (as `PACSModel.score`).
+            candidates: one caption per image.
+            references: one non-empty list of references per candidate (Polos has no reference-free mode).
+            mode: `"per_item"` (default of the config) or `"official"` (see the module docstring).
+            batch_size: `"official"` mode: the official chunk size (default `config.official_batch_size`).
+            image_batch_size, text_batch_size: encoder batch sizes (do not change per-item scores).
+
+        Returns:
+            [`PolosScoreOutput`] with per-item scores and their mean.
+        """
+        mode = mode or self.config.mode
+        if mode not in POLOS_MODES:
+            raise ValueError(f"mode must be one of {list(POLOS_MODES)}, got {mode!r}")
+        batch_size = self.config.official_batch_size if batch_size is None else batch_size
+        for name, value in (
+            ("batch_size", batch_size),
+            ("image_batch_size", image_batch_size),
+            ("text_batch_size", text_batch_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        candidates = check_captions(candidates)
+        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        if len(images) != len(candidates):
+            raise ValueError(
+                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate "
+                "(repeat an image for each of its captions; repeated images are encoded once)"
+            )
+        references = check_polos_references(references, len(candidates))
+        if mode == "official":
+            references = cut_references_to_chunks(references, batch_size)
+
+        unique_images, image_index, first_items = deduplicate(images, image_key)
+        image_embeds = self.clip_encoder.encode_images(
+            unique_images, image_batch_size, progress, item_indices=first_items
+        )[image_index]
+        owner = [item for item, item_references in enumerate(references) for _ in item_references]
+        flat_references = [reference for item_references in references for reference in item_references]
+        unique_texts, text_index, first_text = deduplicate(candidates + flat_references, lambda text: text)
+        clip_embeds = self.clip_encoder.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
+        candidate_clip, reference_clip = clip_embeds[: len(candidates)], clip_embeds[len(candidates) :]
+
+        labels = [f"candidate {item}" for item in range(len(candidates))]
+        labels += [
+            f"reference {position} of item {item}"
+            for item, item_references in enumerate(references)
+            for position in range(len(item_references))
+        ]
+        if mode == "per_item":
+            token_ids = self.tokenize_sentences(unique_texts, [labels[position] for position in first_text])
+            sentence_embeds = self.encode_sentences(token_ids, text_batch_size, progress)[text_index]
+        else:
+            token_ids = self.tokenize_sentences(candidates + flat_references, labels)
+            sentence_embeds = self.encode_official_chunks(token_ids, references, batch_size, progress)
+        candidate_text, reference_text = sentence_embeds[: len(candidates)], sentence_embeds[len(candidates) :]
+
+        owner_tensor = torch.tensor(owner, dtype=torch.long)
+        with torch.inference_mode():
+            pair = self.pair_scores(
+                reference_text,
+                candidate_text[owner_tensor],
+                image_embeds[owner_tensor],
+                candidate_clip[owner_tensor],
+                reference_clip,
+            ).cpu()
+        scores = max_by_owner(pair, owner_tensor, len(candidates))
+        counts = torch.tensor([len(item_references) for item_references in references], dtype=torch.long)
+        return PolosScoreOutput(
+            scores=scores,
+            mean_score=mean_or_nan(scores),
+            reference_scores=[part.tolist() for part in torch.split(pair, counts.tolist())],
+            num_references_used=counts,
+            mode=mode,
+        )
+
+    def encode_official_chunks(
+        self, token_ids: list[list[int]], references: list[list[str]], batch_size: int, progress: bool | None
+    ) -> torch.Tensor:
+        """Official mode: for each chunk, its candidates form one statistics group and the j-th references of its
+        items another (references already cut). Returns embeddings in the order candidates, then flat references."""
+        num_items = len(references)
+        embeds = torch.empty(len(token_ids), self.config.text_config.hidden_size)
+        reference_start = [num_items]
+        for item_references in references:
+            reference_start.append(reference_start[-1] + len(item_references))
+        chunks = range(0, num_items, batch_size)
+        with torch.inference_mode():
+            for start in self.clip_encoder.progress_bar(chunks, "encoding chunks", num_items, progress):
+                items = range(start, min(start + batch_size, num_items))
+                positions_per_group = [list(items)]
+                for index in range(len(references[start])):
+                    positions_per_group.append([reference_start[item] + index for item in items])
+                for positions in positions_per_group:
+                    group_ids = [token_ids[position] for position in positions]
+                    embeds[positions] = self.sentence_embeddings(group_ids, [0] * len(positions)).float().cpu()
+        return embeds
+
+
+def check_polos_references(references, num_candidates: int) -> list[list[str]]:
+    """References are required: one non-empty list of strings (or one string) per candidate."""
+    if references is None:
+        raise ValueError(
+            "Polos is a reference-based metric and has no reference-free mode: pass references, one non-empty "
+            "list of reference captions per candidate (or use PAC-S++ / CLIP-S for reference-free scoring)"
+        )
+    if isinstance(references, str):
+        raise TypeError("references must be a list with one list of reference strings per candidate")
+    references = list(references)
+    if len(references) != num_candidates:
+        raise ValueError(
+            f"got {len(references)} reference lists for {num_candidates} candidates: pass one list of references "
+            "per candidate"
+        )
+    checked = []
+    for index, item_references in enumerate(references):
+        if isinstance(item_references, str):
+            item_references = [item_references]
+        if item_references is None or len(item_references) == 0:
+            raise ValueError(
+                f"item {index} has an empty reference list: Polos needs at least one reference per item "
+                "(it has no reference-free mode); drop the item or add its references"
+            )
+        for position, reference in enumerate(item_references):
+            if not isinstance(reference, str):
+                raise TypeError(
+                    f"reference {position} of item {index} is {type(reference).__name__} ({reference!r}), "
+                    "expected a string"
+                )
+        checked.append(list(item_references))
+    return checked
+
+
+def cut_references_to_chunks(references: list[list[str]], batch_size: int) -> list[list[str]]:
+    """The official `collate_tensors` transposes references: each chunk keeps its items' first `min(count)`."""
+    cut = []
+    for start in range(0, len(references), batch_size):
+        chunk = references[start : start + batch_size]
+        keep = min(len(item_references) for item_references in chunk)
+        cut.extend(item_references[:keep] for item_references in chunk)
+    return cut
+
+
+__all__ = ["PolosModel", "PolosPreTrainedModel", "PolosScoreOutput", "check_polos_references"]

@@ -1,0 +1,116 @@
+"""Tiny random Polos models built offline (tests, smoke runs, benchmarks): real CLIP tokenizer, a small byte-level BPE
+RoBERTa tokenizer trained in code (RoBERTa's special ids: <s>=0, <pad>=1, </s>=2), random weights."""
+
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import RobertaConfig, RobertaTokenizer
+
+from ..configuration_polos import PolosConfig
+from ..modeling_pacs import make_world_readable
+from ..modeling_polos import PolosModel
+from ..tiny import build_clip_tokenizer, tiny_clip_config
+
+# Text the tiny BPE is trained on: enough for common caption words to become single tokens.
+TINY_CORPUS = [
+    "a cat sleeping on a sofa",
+    "a dog running in the park with a ball",
+    "two people riding horses on the beach",
+    "a man is holding a red umbrella in the rain",
+    "a plate of food with vegetables and meat",
+    "a group of children playing football on a green field",
+    "an airplane flying over the city at night",
+    "a woman sitting at a table with a laptop",
+]
+ROBERTA_SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+TINY_MODEL_CARD = """---
+license: mit
+library_name: transformers
+tags:
+- pacs-pp
+- polos
+- random-weights
+---
+# Tiny random Polos model (tests and offline smoke runs only)
+
+Built by `modeling_pacs.polos.tiny.make_tiny_polos_model(seed={seed})`: CLIP towers and a RoBERTa of width
+{width} with RANDOM weights, the real CLIP tokenizer and a small byte-level BPE tokenizer trained in code. Its scores
+are meaningless.
+"""
+
+
+def build_tiny_roberta_tokenizer(vocab_size: int = 400) -> RobertaTokenizer:
+    """A byte-level BPE tokenizer with RoBERTa's special tokens and post-processing, trained on `TINY_CORPUS`."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(
+        TINY_CORPUS, vocab_size=vocab_size, min_frequency=1, special_tokens=ROBERTA_SPECIAL_TOKENS, show_progress=False
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        bpe.save_model(directory)
+        return RobertaTokenizer(vocab=f"{directory}/vocab.json", merges=f"{directory}/merges.txt")
+
+
+def tiny_roberta_config(vocab_size: int, hidden_size: int = 32, num_layers: int = 2) -> RobertaConfig:
+    """RoBERTa geometry (514 positions, pad id 1) with small width and depth."""
+    return RobertaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        intermediate_size=4 * hidden_size,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+
+
+def make_tiny_polos_model(
+    output_dir: str | Path | None = None,
+    seed: int = 0,
+    width: int = 32,
+    num_layers: int = 2,
+    hidden_sizes: list[int] | None = None,
+) -> PolosModel:
+    """A random Polos model with both tokenizers; saved as a Hub-ready directory when `output_dir` is given.
+
+    The ScalarMix weights and gamma are randomised too, so tests see a non-uniform mix.
+    """
+    torch.manual_seed(seed)
+    text_tokenizer = build_tiny_roberta_tokenizer()
+    config = PolosConfig(
+        clip_config=tiny_clip_config(hidden_size=width, num_layers=num_layers),
+        text_config=tiny_roberta_config(len(text_tokenizer), width, num_layers),
+        hidden_sizes=hidden_sizes or [3 * width // 2, 3 * width // 4],
+    )
+    model = PolosModel(config).eval()
+    with torch.no_grad():
+        model.scalar_mix.layer_weights.copy_(torch.randn(config.num_mixed_layers))
+        model.scalar_mix.gamma.fill_(1.3)
+        for layer in model.head.layers:
+            layer.weight.normal_(0.0, 0.3)
+            layer.bias.normal_(0.0, 0.1)
+    model.clip_tokenizer = build_clip_tokenizer(config.max_text_length)
+    model.text_tokenizer = text_tokenizer
+    if output_dir is not None:
+        save_polos_hub_ready(model, output_dir)
+        card = Path(output_dir) / "README.md"
+        card.write_text(TINY_MODEL_CARD.format(seed=seed, width=width), encoding="utf-8")
+        card.chmod(0o644)
+    return model
+
+
+def save_polos_hub_ready(model: PolosModel, output_dir: str | Path):
+    """Save a Polos directory that `AutoModel.from_pretrained(dir, trust_remote_code=True)` loads in a fresh
+    process: config with `auto_map`, the remote code, safetensors weights and both tokenizers."""
+    type(model.config).register_for_auto_class()
+    type(model).register_for_auto_class("AutoModel")
+    model.save_pretrained(output_dir)
+    make_world_readable(Path(output_dir))
+
+
+__all__ = ["build_tiny_roberta_tokenizer", "make_tiny_polos_model", "save_polos_hub_ready", "tiny_roberta_config"]
