@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None):
     from .convert import build_parser as build_convert_parser
 
     build_convert_parser(commands.add_parser("convert", help="convert an official PAC-S / PAC-S++ checkpoint"))
+    from .polos.convert import build_parser as build_convert_polos_parser
+
+    build_convert_polos_parser(commands.add_parser("convert-polos", help="convert the released Polos checkpoint"))
     register = commands.add_parser(
         "register-metric",
         help="install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder",
@@ -244,6 +247,10 @@ def main(argv: list[str] | None = None):
         from .convert import run_conversion
 
         return run_conversion(args)
+    elif args.command == "convert-polos":
+        from .polos.convert import run_conversion as run_polos_conversion
+
+        return run_polos_conversion(args)
     elif args.command == "register-metric":
         from .metric_registration import register_metric
 

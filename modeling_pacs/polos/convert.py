@@ -1,0 +1,466 @@
+"""Convert the released Polos checkpoint (`reprod.ckpt`, a PyTorch Lightning 1.2 file) into a Hub-ready PolosModel.
+
+The official loader unpickles the whole file (SPEC-polos §2.3). This converter never does:
+
+1. `torch.load(weights_only=True)` with two allow-listed names, `EarlyStopping` and `ModelCheckpoint` of
+   `pytorch_lightning.callbacks` (Lightning keys its callback states by class), bound to empty placeholder classes:
+   nothing of Lightning is imported or run. Any other global is refused.
+2. Only `state_dict` is used (plus `hyper_parameters` when there is no `hparams.yaml`, read with `yaml.safe_load`).
+3. Every key and shape is checked (SPEC-polos §2.2, §2.4): `clip.*` in OpenAI layout (fp16 or fp32, cast to fp32,
+   geometry read from the shapes as the PAC-S converter does), `encoder.model.*` (RoBERTa), `scalar_mix.*`, `ff.*`.
+
+Example:
+
+```python
+>>> from modeling_pacs.polos.convert import convert_polos_checkpoint
+>>> model = convert_polos_checkpoint("reprod/reprod.ckpt", "polos-converted")
+>>> model.score(["cat.jpg"], ["a cat on a sofa"], [["a cat sleeping on a couch"]]).scores
+```
+"""
+
+import argparse
+import os
+import pickle
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+from transformers import AutoConfig, AutoTokenizer, RobertaModel
+
+from ..configuration_polos import PolosConfig
+from ..convert import (
+    OPENAI_HEAD_DIM,
+    CheckpointError,
+    clip_config_for,
+    expected_shapes,
+    infer_geometry,
+    layout_message,
+    to_transformers_state_dict,
+)
+from ..modeling_pacs import make_world_readable
+from ..modeling_polos import PolosModel
+from ..tiny import build_clip_tokenizer
+from .tiny import save_polos_hub_ready
+
+# Globals a Lightning 1.2 checkpoint of Polos names (callback states keyed by class), as (module, name).
+ALLOWED_LIGHTNING_GLOBALS = (
+    ("pytorch_lightning.callbacks.early_stopping", "EarlyStopping"),
+    ("pytorch_lightning.callbacks.model_checkpoint", "ModelCheckpoint"),
+)
+# Entries that are not weights of the scoring model (SPEC-polos §2.4).
+DROPPED_KEYS = ("scalar_mix.dropout_mask", "scalar_mix.dropout_fill", "encoder.model.embeddings.position_ids")
+DROPPED_PREFIXES = ("encoder.model.pooler.",)
+CLIP_PREFIX = "clip."
+ENCODER_PREFIX = "encoder.model."
+HEAD_KEY = re.compile(r"ff\.0\.ff\.linear_(\d+)\.(weight|bias)")
+MAX_KEYS_SHOWN = 12
+
+MODEL_CARD = """---
+license: other
+library_name: transformers
+pipeline_tag: image-to-text
+base_model:
+- {clip_model_id}
+- {text_encoder_id}
+tags:
+- pacs-pp
+- polos
+- image-captioning-evaluation
+---
+# Polos (converted for pacs-pp)
+
+Polos (Wada, Kaneda, Saito, Sugiura, *Polos: Multimodal Metric Learning from Human Feedback for Image Captioning*,
+CVPR 2024) is a supervised, **reference-based** image-caption metric trained on Polaris human judgements. This
+directory was converted from the released Lightning checkpoint `{checkpoint}` by `pacs-pp convert-polos`, loading it
+with `torch.load(weights_only=True)` (never unpickling code). CLIP tensors stored as {clip_dtypes} were cast to fp32.
+
+- CLIP ViT-B/32 (`{clip_model_id}`): {clip_geometry}; raw features of the image and of "A photo depicts " + caption.
+- Sentence encoder `{text_encoder_id}`: {text_layers} layers x {text_width}, CLS of a learned {mixed}-layer ScalarMix.
+- Head: {feature_size} -> {hidden_sizes} -> 1 (Tanh), sigmoid; the score is the max over references.
+
+```python
+from transformers import AutoModel
+model = AutoModel.from_pretrained("DIR", trust_remote_code=True, dtype="float32")
+out = model.score(["cat.jpg"], ["a cat on a sofa"], [["a cat sleeping on a couch"]])
+print(out.scores, out.mean_score)
+```
+
+## Modes
+The official code's scores depend on the batch (shared normalisation statistics, references cut to the batch's
+smallest reference count). `mode="per_item"` (default) scores each item alone: deterministic, equal to the official
+`batch_size=1`. `mode="official", batch_size=32` reproduces the chunking behind the published numbers.
+
+## Results reported by the authors (not re-measured here)
+Reported in the Polos paper, computed with the official code (fp16 CLIP features, official mode, batch 32):
+
+| benchmark | Polos (reported) |
+|---|---|
+| Composite, Kendall tau-c | 57.6 |
+| Flickr8K-Expert, Kendall tau-c | 56.4 |
+| Flickr8K-CF, Kendall tau-b | 37.8 |
+| Polaris, Kendall tau-c | 57.8 |
+| Pascal-50S mean accuracy | 86.5 |
+| FOIL 1-ref / 4-ref accuracy | 93.3 / 95.4 |
+
+The license is that of the official release (https://github.com/keio-smilab24/Polos); check it before redistributing.
+
+## Citation
+```bibtex
+@inproceedings{{wada2024polos,
+  title     = {{Polos: Multimodal Metric Learning from Human Feedback for Image Captioning}},
+  author    = {{Wada, Yuiga and Kaneda, Kanta and Saito, Daichi and Sugiura, Komei}},
+  booktitle = {{CVPR}},
+  year      = {{2024}}
+}}
+```
+"""
+
+
+def lightning_placeholders() -> list[type]:
+    """Empty classes standing in for the allow-listed Lightning callbacks; their bodies never run."""
+    placeholders = []
+    for module, name in ALLOWED_LIGHTNING_GLOBALS:
+        placeholder = type(name, (), {"__doc__": f"Placeholder for {module}.{name} (never instantiated)."})
+        placeholder.__module__ = module
+        placeholders.append(placeholder)
+    return placeholders
+
+
+def load_polos_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a Polos Lightning checkpoint with `weights_only=True` and the allow-list of SPEC-polos §2.3."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    try:
+        with torch.serialization.safe_globals(lightning_placeholders()):
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(
+            f"refused to load '{path}': torch.load(weights_only=True) rejected it ({reason}). The released Polos "
+            "checkpoint needs only tensors and the two Lightning callback names allowed here; a pickle that needs "
+            "other code could run it when loaded, so it is never fully unpickled."
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise CheckpointError(f"'{path}' could not be read as a torch checkpoint: {error}") from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        found = sorted(map(str, checkpoint))[:MAX_KEYS_SHOWN] if isinstance(checkpoint, dict) else type(checkpoint)
+        raise CheckpointError(f"'{path}' is not a Lightning checkpoint: no 'state_dict' entry (found {found})")
+    return checkpoint
+
+
+def read_hparams(checkpoint_path: Path, hparams_path: str | os.PathLike | None, checkpoint: dict) -> dict:
+    """hparams.yaml (`--hparams`, else beside the checkpoint), else the checkpoint's `hyper_parameters`."""
+    path = Path(hparams_path) if hparams_path else checkpoint_path.parent / "hparams.yaml"
+    if path.is_file():
+        try:
+            hparams = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise CheckpointError(f"'{path}' is not valid YAML: {error}") from None
+    elif hparams_path:
+        raise FileNotFoundError(f"hparams file '{path}' does not exist")
+    else:
+        hparams = checkpoint.get("hyper_parameters")
+        if not isinstance(hparams, dict):
+            raise CheckpointError(
+                f"no hparams: '{path}' does not exist and the checkpoint holds no 'hyper_parameters'; pass --hparams"
+            )
+    if not isinstance(hparams, dict):
+        raise CheckpointError(f"'{path}' does not hold a mapping of hyper-parameters")
+    return dict(hparams)
+
+
+def check_hparams(hparams: dict) -> dict:
+    """The architecture settings the port supports, read from the hparams (SPEC-polos §1.5, §2.2b)."""
+    expected = {"layer": "mix", "pool": "cls", "activations": "Tanh"}
+    for key, value in expected.items():
+        if key in hparams and str(hparams[key]) != value:
+            raise CheckpointError(
+                f"hparams '{key}' is {hparams[key]!r}: only {value!r} (the released Polos) is supported"
+            )
+    if "final_activation" not in hparams:
+        raise CheckpointError(
+            "hparams lack 'final_activation': the official code then adds a second sigmoid inside the head; "
+            "the released model has 'final_activation: false'. Pass the hparams.yaml of the release"
+        )
+    if hparams["final_activation"] not in (False, None, "false", "False"):
+        raise CheckpointError(f"hparams 'final_activation' is {hparams['final_activation']!r}: only false is supported")
+    hidden_sizes = hparams.get("hidden_sizes", "2304,1152")
+    try:
+        hidden_sizes = [int(size) for size in str(hidden_sizes).split(",")]
+    except ValueError:
+        raise CheckpointError(
+            f"hparams 'hidden_sizes' {hidden_sizes!r} is not a comma-separated list of ints"
+        ) from None
+    return {
+        "hidden_sizes": hidden_sizes,
+        "dropout": float(hparams.get("dropout", 0.1)),
+        "scalar_mix_dropout": float(hparams.get("scalar_mix_dropout", 0.1)),
+        "pretrained_model": str(hparams.get("pretrained_model", "princeton-nlp/sup-simcse-roberta-base")),
+    }
+
+
+def shorten(keys: list[str]) -> str:
+    shown = ", ".join(keys[:MAX_KEYS_SHOWN])
+    return shown + (f", ... ({len(keys) - MAX_KEYS_SHOWN} more)" if len(keys) > MAX_KEYS_SHOWN else "")
+
+
+def check_keys(problem: str, actual: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]):
+    """Raise naming every missing, unexpected and mis-shaped key of one part of the checkpoint."""
+    missing = sorted(set(expected) - set(actual))
+    unexpected = sorted(set(actual) - set(expected))
+    wrong = [
+        f"{key} {tuple(actual[key].shape)} (expected {expected[key]})"
+        for key in sorted(set(actual) & set(expected))
+        if tuple(actual[key].shape) != tuple(expected[key])
+    ]
+    if missing or unexpected or wrong:
+        raise CheckpointError(layout_message(problem, missing, unexpected, wrong))
+
+
+def split_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """Group the checkpoint's tensors by part (prefix stripped); unknown keys are named in an error."""
+    parts = {"clip": {}, "encoder": {}, "scalar_mix": {}, "head": {}}
+    unknown = []
+    for key, value in state_dict.items():
+        if not isinstance(value, torch.Tensor):
+            raise CheckpointError(f"entry '{key}' of the state dict is a {type(value).__name__}, not a tensor")
+        if key in DROPPED_KEYS or key.startswith(DROPPED_PREFIXES):
+            continue
+        if key.startswith(CLIP_PREFIX):
+            parts["clip"][key.removeprefix(CLIP_PREFIX)] = value
+        elif key.startswith(ENCODER_PREFIX):
+            parts["encoder"][key.removeprefix(ENCODER_PREFIX)] = value
+        elif key.startswith("scalar_mix."):
+            parts["scalar_mix"][key.removeprefix("scalar_mix.")] = value
+        elif HEAD_KEY.fullmatch(key):
+            parts["head"][key] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise CheckpointError(layout_message("is not a Polos checkpoint (SPEC-polos §2.2)", [], sorted(unknown)))
+    return parts
+
+
+def convert_polos_state_dict(
+    state_dict: dict[str, torch.Tensor],
+    text_config,
+    hparams: dict,
+    head_dim: int = OPENAI_HEAD_DIM,
+    text_encoder_id: str = "princeton-nlp/sup-simcse-roberta-base",
+) -> PolosModel:
+    """Build a PolosModel (fp32) from the checkpoint's state dict, checking every key and shape."""
+    parts = split_state_dict(state_dict)
+    geometry = infer_geometry(parts["clip"], head_dim)
+    check_keys("part clip.* (CLIP) does not match its geometry", parts["clip"], expected_shapes(geometry, False))
+    clip_weights = to_transformers_state_dict(parts["clip"], geometry)
+
+    with torch.device("meta"):  # shapes only
+        text_model = RobertaModel(text_config, add_pooling_layer=False)
+    text_expected = {
+        key: tuple(value.shape)
+        for key, value in text_model.state_dict().items()
+        if key not in ("embeddings.position_ids", "embeddings.token_type_ids")
+    }
+    check_keys(
+        f"part encoder.model.* (sentence encoder) does not match the config of '{text_encoder_id}'",
+        parts["encoder"],
+        text_expected,
+    )
+    num_mixed = text_config.num_hidden_layers + 1
+    mix_expected = {f"scalar_parameters.{index}": (1,) for index in range(num_mixed)} | {"gamma": (1,)}
+    check_keys(
+        f"part scalar_mix.* (ScalarMix) does not match the sentence encoder's {num_mixed} hidden states",
+        parts["scalar_mix"],
+        mix_expected,
+    )
+
+    feature_size = 4 * text_config.hidden_size + 6 * geometry.embed_dim
+    sizes = [feature_size, *hparams["hidden_sizes"], 1]
+    head_expected = {}
+    for index, (inputs, outputs) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+        head_expected[f"ff.0.ff.linear_{index}.weight"] = (outputs, inputs)
+        head_expected[f"ff.0.ff.linear_{index}.bias"] = (outputs,)
+    check_keys(
+        f"part ff.* (head) does not match the feature width 4*{text_config.hidden_size} + 6*{geometry.embed_dim} = "
+        f"{feature_size} and hidden_sizes {hparams['hidden_sizes']}",
+        parts["head"],
+        head_expected,
+    )
+
+    config = PolosConfig(
+        clip_config=clip_config_for(geometry, "quick_gelu"),
+        text_config=text_config,
+        text_encoder_id=text_encoder_id,
+        hidden_sizes=hparams["hidden_sizes"],
+        dropout=hparams["dropout"],
+        scalar_mix_dropout=hparams["scalar_mix_dropout"],
+    )
+    model = PolosModel(config)
+    weights = {f"clip_encoder.clip.{key}": value for key, value in clip_weights.items()}
+    weights |= {f"text_encoder.{key}": value.float() for key, value in parts["encoder"].items()}
+    weights["scalar_mix.layer_weights"] = torch.cat(
+        [parts["scalar_mix"][f"scalar_parameters.{index}"].float() for index in range(num_mixed)]
+    )
+    weights["scalar_mix.gamma"] = parts["scalar_mix"]["gamma"].float()
+    for index in range(len(sizes) - 1):
+        for name in ("weight", "bias"):
+            weights[f"head.layers.{index}.{name}"] = parts["head"][f"ff.0.ff.linear_{index + 1}.{name}"].float()
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    buffers = {name for name, _ in model.named_buffers()}
+    missing = [key for key in missing if key not in buffers]
+    if missing or unexpected:
+        raise CheckpointError(layout_message("did not fill the PolosModel", missing, unexpected))
+    return model.eval()
+
+
+def convert_polos_checkpoint(
+    checkpoint: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    hparams: str | os.PathLike | None = None,
+    text_encoder: str | None = None,
+    head_dim: int = OPENAI_HEAD_DIM,
+    overwrite: bool = False,
+    log=print,
+) -> PolosModel:
+    """Convert `checkpoint` and write a Hub-ready PolosModel directory (atomically; model card included).
+
+    `text_encoder` (a Hub id or a local directory) provides the RoBERTa config and tokenizer; it defaults to the
+    hparams' `pretrained_model` (`princeton-nlp/sup-simcse-roberta-base`).
+    """
+    checkpoint_path = Path(checkpoint)
+    output_dir = Path(output_dir)
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
+        raise FileExistsError(
+            f"output directory '{output_dir}' exists and is not empty: choose another, or pass --overwrite"
+        )
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+    loaded = load_polos_checkpoint(checkpoint_path)
+    settings = check_hparams(read_hparams(checkpoint_path, hparams, loaded))
+    text_encoder = text_encoder or settings["pretrained_model"]
+    try:
+        text_config = AutoConfig.from_pretrained(text_encoder)
+        text_tokenizer = AutoTokenizer.from_pretrained(text_encoder)
+    except (OSError, ValueError) as error:
+        raise FileNotFoundError(
+            f"could not load the sentence encoder's config and tokenizer from '{text_encoder}': {error}. Pass "
+            "--text-encoder DIR, a local copy of princeton-nlp/sup-simcse-roberta-base (config and tokenizer files)"
+        ) from None
+    clip_dtypes = sorted({str(value.dtype).removeprefix("torch.") for key, value in loaded["state_dict"].items()
+                          if key.startswith(CLIP_PREFIX)})  # fmt: skip
+    model = convert_polos_state_dict(loaded["state_dict"], text_config, settings, head_dim, text_encoder)
+    model.clip_tokenizer = build_clip_tokenizer(model.config.max_text_length)
+    model.text_tokenizer = text_tokenizer
+    clip_config = model.config.clip_config
+    log(
+        f"Polos: CLIP vision {clip_config.vision_config.num_hidden_layers} x {clip_config.vision_config.hidden_size}, "
+        f"text {clip_config.text_config.num_hidden_layers} x {clip_config.text_config.hidden_size}; sentence encoder "
+        f"{text_config.num_hidden_layers} x {text_config.hidden_size}; head {model.config.feature_size} -> "
+        f"{model.config.hidden_sizes} -> 1 (CLIP tensors: {', '.join(clip_dtypes)}, converted to fp32)"
+    )
+    card = MODEL_CARD.format(
+        checkpoint=checkpoint_path.name,
+        clip_model_id=model.config.clip_model_id,
+        text_encoder_id=text_encoder,
+        clip_dtypes="/".join(clip_dtypes),
+        clip_geometry=(
+            f"vision {clip_config.vision_config.num_hidden_layers} layers x {clip_config.vision_config.hidden_size}, "
+            f"text {clip_config.text_config.num_hidden_layers} layers x {clip_config.text_config.hidden_size}"
+        ),
+        text_layers=text_config.num_hidden_layers,
+        text_width=text_config.hidden_size,
+        mixed=model.config.num_mixed_layers,
+        feature_size=model.config.feature_size,
+        hidden_sizes=model.config.hidden_sizes,
+    )
+    write_directory(model, card, output_dir)
+    log(f"wrote {output_dir}")
+    return model
+
+
+def write_directory(model: PolosModel, card: str, output_dir: Path):
+    """Save into a staging folder renamed into place: a crash never leaves a half-written `output_dir`."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        save_polos_hub_ready(model, staging)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+        staging.chmod(0o755)
+        make_world_readable(staging)
+        if output_dir.exists():
+            shutil.rmtree(output_dir) if output_dir.is_dir() else output_dir.unlink()
+        staging.rename(output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+# ---------------------------------------------------------------------------------------------------- command line
+CONVERT_POLOS_EPILOG = """\
+The released checkpoint is reprod/reprod.ckpt of https://polos-polaris.s3.ap-northeast-1.amazonaws.com/reprod.zip,
+with hparams.yaml beside it. It is read with torch.load(weights_only=True); nothing in it is executed.
+
+Examples:
+
+  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output polos-vit-b32
+  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --text-encoder ./sup-simcse-roberta-base --output polos
+"""
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """Arguments of `pacs-pp convert-polos` (added to `parser` when given)."""
+    parser = parser or argparse.ArgumentParser(prog="pacs-pp convert-polos")
+    parser.description = "Convert the released Polos Lightning checkpoint into a Hub-ready PolosModel directory."
+    parser.epilog = CONVERT_POLOS_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--checkpoint", required=True, help="reprod.ckpt (loaded with weights_only=True)")
+    parser.add_argument("--hparams", help="hparams.yaml (default: the one beside the checkpoint)")
+    parser.add_argument(
+        "--text-encoder",
+        help="Hub id or directory with the RoBERTa config and tokenizer (default: the hparams' pretrained_model)",
+    )
+    parser.add_argument("--output", required=True, help="directory to write (must be empty unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    parser.add_argument(
+        "--head-dim",
+        type=int,
+        default=OPENAI_HEAD_DIM,
+        help=f"CLIP attention head size used to derive head counts (default {OPENAI_HEAD_DIM}, as ViT-B/32)",
+    )
+    return parser
+
+
+def run_conversion(args: argparse.Namespace) -> int:
+    """Run a parsed `convert-polos` command; errors about the input print one clear line and return 2."""
+    try:
+        convert_polos_checkpoint(
+            args.checkpoint,
+            args.output,
+            hparams=args.hparams,
+            text_encoder=args.text_encoder,
+            head_dim=args.head_dim,
+            overwrite=args.overwrite,
+        )
+    except (ValueError, FileNotFoundError, FileExistsError) as error:  # CheckpointError is a ValueError
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_conversion(build_parser().parse_args(argv))
+
+
+__all__ = [
+    "ALLOWED_LIGHTNING_GLOBALS",
+    "build_parser",
+    "convert_polos_checkpoint",
+    "convert_polos_state_dict",
+    "load_polos_checkpoint",
+    "main",
+]
