@@ -1,0 +1,314 @@
+"""Training Polos on Polaris (SPEC-polos §3-§4) with a `Trainer`.
+
+The code's recipe is the default: only the head and the ScalarMix train (CLIP and RoBERTa frozen; RoBERTa keeps its
+train-mode dropout), summed MSE on the max-over-references score, Adam (0.9, 0.999) lr 3e-5 with no weight decay, a
+constant schedule, batch 64 x 4 accumulation, gradient clipping 1.0, seed 42, and each batch's texts normalised
+together as the official code does (`normalization="official"`). Early stopping follows the paper (validation
+Kendall tau-c, patience 5, `early_stopping="paper"`); `"code"` gives the released code's (Pearson, patience 1).
+`cache_features=True` computes the frozen encoders' outputs once per image and text (RoBERTa then without dropout).
+
+Data: the original CSVs (`polaris_{train,val,test}.csv`: `mt`, `refs` as a Python-literal list, `score`, `imgid`,
+images in `images/`) or the Hub parquet layout (`refs`, `cand`, `img`, `human_score`).
+
+Example:
+
+```python
+>>> from modeling_pacs.polos.training import PolosTrainer, PolarisCollator, read_polaris, polos_training_arguments
+>>> train, val = read_polaris("data_en/polaris/polaris_train.csv"), read_polaris("data_en/polaris/polaris_val.csv")
+>>> args, callback = polos_training_arguments("runs/polos")
+>>> trainer = PolosTrainer(model=model, args=args, train_dataset=train, eval_dataset=val,
+...                        data_collator=PolarisCollator(), callbacks=[callback])
+>>> trainer.train()
+```
+"""
+
+import ast
+import csv
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainingArguments
+
+from ..inputs import image_key
+from ..modeling_polos import PolosModel, cut_references_to_chunks
+from ..scoring import max_by_owner
+from ..supervised import (
+    RowError,
+    SupervisedMetricTrainer,
+    check_target,
+    compute_regression_metrics,
+    early_stopping_callback,
+    row_error,
+)
+
+CSV_COLUMNS = ("mt", "refs", "score", "imgid")
+PARQUET_COLUMNS = ("cand", "refs", "img", "human_score")
+NORMALIZATIONS = ("official", "per_item")
+
+
+# ---------------------------------------------------------------------------------------------------- data
+def check_references(value: Any, source: str, row: int, column: str = "refs") -> list[str]:
+    """A non-empty list of strings (a Python-literal string in the CSVs, parsed without `eval`)."""
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise row_error(source, row, column, f"{value[:60]!r} is not a Python list literal") from None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise row_error(source, row, column, f"expected a non-empty list of reference strings, got {value!r}")
+    if not all(isinstance(reference, str) for reference in value):
+        raise row_error(source, row, column, "every reference must be a string")
+    return list(value)
+
+
+def read_polaris_csv(path: str | Path, image_root: str | Path | None = None) -> list[dict]:
+    """Rows of an original Polaris CSV: `image` (path under `image_root`, default `images/` beside the CSV),
+    `candidate`, `references`, `score` and `row_index`. Malformed rows raise a `RowError` naming row and column."""
+    path = Path(path)
+    image_root = Path(image_root) if image_root else path.parent / "images"
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [column for column in CSV_COLUMNS if column not in (reader.fieldnames or [])]
+        if missing:
+            raise RowError(f"{path.name}: missing columns {missing} (a Polaris CSV has {list(CSV_COLUMNS)})")
+        rows = []
+        for index, record in enumerate(reader):
+            image_id = (record["imgid"] or "").strip()
+            if not image_id:
+                raise row_error(path.name, index, "imgid", "empty image id")
+            image = image_root / image_id
+            if not image.is_file():
+                raise row_error(path.name, index, "imgid", f"image '{image}' does not exist")
+            rows.append(
+                {
+                    "image": str(image),
+                    "candidate": str(record["mt"] or ""),  # the official reader casts `mt` to str
+                    "references": check_references(record["refs"], path.name, index),
+                    "score": check_target(record["score"], path.name, index, "score"),
+                    "row_index": index,
+                }
+            )
+    return rows
+
+
+def read_polaris_parquet(path: str | Path) -> list[dict]:
+    """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's."""
+    import pyarrow.parquet as parquet
+
+    path = Path(path)
+    table = parquet.read_table(path)
+    missing = [column for column in PARQUET_COLUMNS if column not in table.column_names]
+    if missing:
+        raise RowError(
+            f"{path.name}: missing columns {missing} (the Polaris parquet layout has {list(PARQUET_COLUMNS)})"
+        )
+    rows = []
+    for index, record in enumerate(table.select(list(PARQUET_COLUMNS)).to_pylist()):
+        image = record["img"]
+        if not isinstance(image, dict) or not (image.get("bytes") or image.get("path")):
+            raise row_error(path.name, index, "img", "expected an image (bytes or path)")
+        candidate = record["cand"]
+        if not isinstance(candidate, str):
+            raise row_error(path.name, index, "cand", f"expected a string, got {candidate!r}")
+        rows.append(
+            {
+                "image": {"bytes": image.get("bytes"), "path": image.get("path")},
+                "candidate": candidate,
+                "references": check_references(record["refs"], path.name, index),
+                "score": check_target(record["human_score"], path.name, index, "human_score"),
+                "row_index": index,
+            }
+        )
+    return rows
+
+
+def read_polaris(path: str | Path, image_root: str | Path | None = None) -> list[dict]:
+    """A Polaris split from a `.csv` (original layout) or a `.parquet` file (Hub layout)."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        return read_polaris_csv(path, image_root)
+    if suffix == ".parquet":
+        return read_polaris_parquet(path)
+    raise ValueError(f"'{path}': expected a Polaris .csv or .parquet file")
+
+
+class PolarisCollator:
+    """Rows -> a batch of raw inputs (images are decoded by the model's CLIP pipeline) and the targets."""
+
+    def __call__(self, rows: list[dict]) -> dict:
+        return {
+            "images": [row["image"] for row in rows],
+            "candidates": [row["candidate"] for row in rows],
+            "references": [row["references"] for row in rows],
+            "row_indices": [row["row_index"] for row in rows],
+            "targets": torch.tensor([row["score"] for row in rows], dtype=torch.float32),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------- model
+def prepare_polos_for_training(model: PolosModel) -> PolosModel:
+    """Freeze CLIP and the sentence encoder; the head and the ScalarMix train (SPEC-polos §3)."""
+    for module in (model.clip_encoder, model.text_encoder):
+        module.requires_grad_(False)
+    return model
+
+
+def polos_training_arguments(
+    output_dir: str | Path, early_stopping: str = "paper", **overrides
+) -> tuple[TrainingArguments, Any]:
+    """The code's recipe as `TrainingArguments`, and the early-stopping callback of `early_stopping`."""
+    callback, metric = early_stopping_callback(early_stopping)
+    settings = {
+        "per_device_train_batch_size": 64,
+        "per_device_eval_batch_size": 64,
+        "gradient_accumulation_steps": 4,
+        "learning_rate": 3e-5,
+        "weight_decay": 0.0,
+        "lr_scheduler_type": "constant",
+        "max_grad_norm": 1.0,
+        "num_train_epochs": 100,
+        "eval_strategy": "epoch",
+        "save_strategy": "epoch",
+        "save_total_limit": 2,
+        "load_best_model_at_end": True,
+        "metric_for_best_model": metric,
+        "greater_is_better": True,
+        "seed": 42,
+        "remove_unused_columns": False,
+        "report_to": "none",
+    }
+    settings.update(overrides)
+    return TrainingArguments(output_dir=str(output_dir), **settings), callback
+
+
+class PolosTrainer(SupervisedMetricTrainer):
+    """Trains a [`PolosModel`]'s head and ScalarMix on Polaris rows (collated by [`PolarisCollator`]).
+
+    Args:
+        normalization: `"official"` (default: each batch's candidates share ScalarMix statistics, references are
+            cut to the batch's smallest count, one group per reference index, as the official training does) or
+            `"per_item"` (each sentence alone, every reference: the default scoring mode).
+        cache_features: compute CLIP features and RoBERTa hidden states once per image / text (eval mode, so
+            without RoBERTa's dropout) instead of at every step.
+
+    Example:
+
+    ```python
+    >>> args, callback = polos_training_arguments("runs/polos")
+    >>> trainer = PolosTrainer(model=prepare_polos_for_training(model), args=args, train_dataset=train,
+    ...                        eval_dataset=val, data_collator=PolarisCollator(), callbacks=[callback])
+    ```
+    """
+
+    def __init__(self, *args, normalization: str = "official", cache_features: bool = False, **kwargs):
+        if normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {list(NORMALIZATIONS)}, got {normalization!r}")
+        kwargs.setdefault("compute_metrics", compute_regression_metrics)
+        super().__init__(*args, **kwargs)
+        self.normalization = normalization
+        self.cache_features = cache_features
+        self.image_cache: dict = {}
+        self.text_cache: dict = {}
+        self.hidden_cache: dict = {}
+
+    def create_optimizer(self):
+        """Adam with PyTorch's defaults (betas 0.9/0.999, eps 1e-8, no weight decay) on the trainable parameters."""
+        if self.optimizer is None:
+            parameters = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
+            self.optimizer = torch.optim.Adam(parameters, lr=self.args.learning_rate)
+        return self.optimizer
+
+    # Frozen encoders ----------------------------------------------------------------------------------------
+    def clip_features(self, model: PolosModel, images: list, texts: list[str], row_indices: list[int]):
+        """Raw CLIP image and text features (frozen), cached per image / text when asked to."""
+        if not self.cache_features:
+            image_embeds = model.clip_encoder.encode_images(images, item_indices=row_indices, progress=False)
+            return image_embeds.clone(), model.clip_encoder.encode_texts(texts, progress=False).clone()
+        new_images = {}
+        for image, row in zip(images, row_indices):
+            key = image_key(image)
+            if key not in self.image_cache and key not in new_images:
+                new_images[key] = (image, row)
+        if new_images:
+            keys = list(new_images)
+            embeds = model.clip_encoder.encode_images(
+                [new_images[key][0] for key in keys], item_indices=[new_images[key][1] for key in keys], progress=False
+            ).clone()
+            self.image_cache.update(zip(keys, embeds))
+        new_texts = sorted({text for text in texts if text not in self.text_cache})
+        if new_texts:
+            self.text_cache.update(zip(new_texts, model.clip_encoder.encode_texts(new_texts, progress=False).clone()))
+        return (
+            torch.stack([self.image_cache[image_key(image)] for image in images]),
+            torch.stack([self.text_cache[text] for text in texts]),
+        )
+
+    def text_hidden_states(self, model: PolosModel, texts: list[str], labels: list[str]):
+        """`[L, B, T, D]` RoBERTa hidden states (frozen, padded) and the `[B, T]` mask."""
+        token_ids = model.tokenize_sentences(texts, labels)
+        if not self.cache_features:
+            with torch.no_grad():
+                return model.text_hidden_states(token_ids)
+        missing = [index for index, text in enumerate(texts) if text not in self.hidden_cache]
+        if missing:
+            was_training = model.text_encoder.training
+            model.text_encoder.eval()
+            with torch.no_grad():
+                for index in missing:
+                    hidden, _ = model.text_hidden_states([token_ids[index]])
+                    self.hidden_cache[texts[index]] = hidden[:, 0].cpu()
+            model.text_encoder.train(was_training)
+        states = [self.hidden_cache[text] for text in texts]
+        length = max(state.shape[1] for state in states)
+        padded = torch.zeros(states[0].shape[0], len(states), length, states[0].shape[2])
+        mask = torch.zeros(len(states), length, dtype=torch.long)
+        for row, state in enumerate(states):
+            padded[:, row, : state.shape[1]] = state
+            mask[row, : state.shape[1]] = 1
+        return padded.to(model.device), mask.to(model.device)
+
+    # Scores with gradients through the head and the mix ----------------------------------------------------
+    def predict_batch(self, model: PolosModel, inputs: dict) -> torch.Tensor:
+        candidates, references = inputs["candidates"], inputs["references"]
+        if self.normalization == "official":
+            references = cut_references_to_chunks(references, len(candidates))
+        owner = [item for item, item_references in enumerate(references) for _ in item_references]
+        flat_references = [reference for item_references in references for reference in item_references]
+        row_indices = inputs["row_indices"]
+        image_clip, text_clip = self.clip_features(model, inputs["images"], candidates + flat_references, row_indices)
+
+        texts = candidates + flat_references
+        labels = [f"candidate of row {row}" for row in row_indices]
+        labels += [
+            f"reference {j} of row {row_indices[i]}" for i, refs in enumerate(references) for j in range(len(refs))
+        ]
+        if self.normalization == "official":
+            # Candidates form one group, the j-th references of all items another (SPEC-polos §1.7).
+            groups = [0] * len(candidates) + [1 + j for refs in references for j in range(len(refs))]
+        else:
+            groups = list(range(len(texts)))
+        hidden_states, mask = self.text_hidden_states(model, texts, labels)
+        group_tensor = torch.tensor(groups, dtype=torch.long, device=model.device)
+        sentence = model.scalar_mix(hidden_states, mask, group_tensor)[:, 0, :]
+        owner_tensor = torch.tensor(owner, dtype=torch.long, device=model.device)
+        image_clip, text_clip = image_clip.to(model.device), text_clip.to(model.device)
+        pair = model.pair_scores(
+            sentence[len(candidates) :],
+            sentence[: len(candidates)][owner_tensor],
+            image_clip[owner_tensor],
+            text_clip[: len(candidates)][owner_tensor],
+            text_clip[len(candidates) :],
+        )
+        return max_by_owner(pair, owner_tensor, len(candidates))
+
+
+__all__ = [
+    "PolarisCollator",
+    "PolosTrainer",
+    "polos_training_arguments",
+    "prepare_polos_for_training",
+    "read_polaris",
+    "read_polaris_csv",
+    "read_polaris_parquet",
+]
