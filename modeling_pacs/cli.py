@@ -175,17 +175,18 @@ def run_score(args: argparse.Namespace) -> dict:
     means = {free_name: output.mean_score}
     for item, score in zip(items, output.scores.tolist()):
         item[free_name] = score
-    if output.ref_scores is not None:
+    if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
         names.append(ref_name)
         means[ref_name] = output.mean_ref_score
         for item, score in zip(items, output.ref_scores.tolist()):
             item[ref_name] = score
     if args.output:
         suffix = args.output.suffix.lower()
-        text = format_results(items, names, means, args.model, model.config.w, suffix)
+        text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)
         write_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if not math.isnan(value))
-    print(f"{len(items)} captions scored with {args.model} (w={model.config.w}): mean {summary}")
+    weight = f" (w={model.config.w})" if getattr(model.config, "w", None) is not None else ""
+    print(f"{len(items)} captions scored with {args.model}{weight}: mean {summary}")
     if args.output:
         print(f"per-item scores written to {args.output}")
     return means

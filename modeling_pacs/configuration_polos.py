@@ -119,6 +119,11 @@ class PolosConfig(PreTrainedConfig):
         return self.text_config.max_position_embeddings - self.text_config.pad_token_id - 1
 
     @property
+    def variant(self) -> str:
+        """The metric this model computes, as `PACSConfig.variant` names it for PAC-S models."""
+        return "polos"
+
+    @property
     def score_names(self) -> tuple[str, str]:
         """Polos has no reference-free score: both names are `"Polos"`."""
         return ("Polos", "Polos")

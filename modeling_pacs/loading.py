@@ -10,6 +10,7 @@ import torch
 from transformers import AutoConfig
 
 from .modeling_pacs import PACSModel
+from .modeling_polos import PolosModel
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +23,8 @@ PRETRAINED_MODELS = {
     "pac_s_openclip_vit_l14": "pacs-pp/pac-s-openclip-vit-l14",
     "clip_s_vit_b32": "openai/clip-vit-base-patch32",
     "clip_s_vit_l14": "openai/clip-vit-large-patch14",
+    # Polos: produced by `pacs-pp convert-polos` from the released reprod.ckpt (SPEC-polos §2).
+    "polos_vit_b32": "pacs-pp/polos-clip-vit-b32",
 }
 DEFAULT_MODEL = "pac_s_pp_vit_b32"
 TINY_MODEL_PREFIX = "tiny"
@@ -48,6 +51,7 @@ TINY_SEED = 1
 
 def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
     """A random tiny model saved once per variant under the user's cache (offline smoke runs, tests)."""
+    from .polos.tiny import make_tiny_polos_model
     from .tiny import make_tiny_model
 
     cache = Path(os.environ.get("PACS_PP_CACHE", Path.home() / ".cache" / "pacs_pp"))
@@ -55,7 +59,10 @@ def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
     if not (directory / "config.json").is_file():
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
-        make_tiny_model(temporary, variant=variant, seed=TINY_SEED)
+        if variant == "polos":
+            make_tiny_polos_model(temporary, seed=TINY_SEED)
+        else:
+            make_tiny_model(temporary, variant=variant, seed=TINY_SEED)
         try:
             temporary.rename(directory)  # atomic: concurrent builders never see a half-written directory
         except OSError:
@@ -67,7 +74,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     """Load a PACSModel from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory.
 
     `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`) builds a random 32-dim model for offline smoke runs: its
-    scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S.
+    scores are meaningless, and a warning says so; `"tiny:polos"` a random Polos. Plain CLIP checkpoints
+    (model_type `clip`) give CLIP-S; Polos directories (model_type `polos`) a `PolosModel`.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
     if dtype is not None and dtype not in DTYPES:
@@ -79,6 +87,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     name_or_path = PRETRAINED_MODELS.get(model, model)
     if _is_plain_clip(name_or_path):
         loaded = PACSModel.from_clip(name_or_path, dtype=torch.float32)
+    elif _is_polos(name_or_path):
+        loaded = PolosModel.from_pretrained(name_or_path, dtype=torch.float32)
     else:
         loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32)
     loaded = loaded.to(resolve_device(device)).eval()
@@ -92,3 +102,11 @@ def _is_plain_clip(name_or_path: str) -> bool:
         return AutoConfig.from_pretrained(name_or_path).model_type == "clip"
     except (OSError, ValueError):
         return False  # PACSModel.from_pretrained then raises the explanatory error
+
+
+def _is_polos(name_or_path: str) -> bool:
+    """A Polos directory or Hub repository (`model_type: polos`): loaded as a `PolosModel`."""
+    try:
+        return AutoConfig.from_pretrained(name_or_path).model_type == "polos"
+    except (OSError, ValueError):
+        return False

@@ -58,7 +58,12 @@ Examples:
 """
 
 # Short config names pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
-SHORT_CONFIG_NAMES = {"pac_s_pp": "pac_s_pp_vit_b32", "pac_s": "pac_s_vit_b32", "clip_s": "clip_s_vit_b32"}
+SHORT_CONFIG_NAMES = {
+    "pac_s_pp": "pac_s_pp_vit_b32",
+    "pac_s": "pac_s_vit_b32",
+    "clip_s": "clip_s_vit_b32",
+    "polos": "polos_vit_b32",
+}
 REFERENCE_PREFIX = "ref"
 # Placeholder written to the Arrow column for an image that stays in this process (see `_store_images`).
 IN_MEMORY_PREFIX = "<pacs-pp in-memory image "
@@ -85,7 +90,7 @@ def parse_config_name(config_name: str) -> tuple[str | None, bool]:
 
 def variant_of_alias(alias: str) -> str:
     """`"pac_s_pp_vit_l14"` -> `"pac_s_pp"` (the `PACSConfig.variant` that alias loads)."""
-    return next(variant for variant in ("pac_s_pp", "pac_s", "clip_s") if alias.startswith(variant))
+    return next(variant for variant in ("pac_s_pp", "pac_s", "clip_s", "polos") if alias.startswith(variant))
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -263,6 +268,6 @@ class PACSPlusPlus(evaluate.Metric):
         )
         free_name, ref_name = self.engine.config.score_names
         results = {"metric": free_name, "score": output.mean_score, "scores": output.scores.tolist()}
-        if output.ref_scores is not None:
+        if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
             results.update(ref_metric=ref_name, ref_score=output.mean_ref_score, ref_scores=output.ref_scores.tolist())
         return results
