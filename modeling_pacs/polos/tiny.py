@@ -40,13 +40,18 @@ are meaningless.
 """
 
 
-def build_tiny_roberta_tokenizer(vocab_size: int = 400) -> RobertaTokenizer:
-    """A byte-level BPE tokenizer with RoBERTa's special tokens and post-processing, trained on `TINY_CORPUS`."""
+def build_tiny_roberta_tokenizer(vocab_size: int = 400, corpus: list[str] | None = None) -> RobertaTokenizer:
+    """A byte-level BPE tokenizer with RoBERTa's special tokens and post-processing, trained on `corpus`
+    (default `TINY_CORPUS`)."""
     from tokenizers import ByteLevelBPETokenizer
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(
-        TINY_CORPUS, vocab_size=vocab_size, min_frequency=1, special_tokens=ROBERTA_SPECIAL_TOKENS, show_progress=False
+        corpus or TINY_CORPUS,
+        vocab_size=vocab_size,
+        min_frequency=1,
+        special_tokens=ROBERTA_SPECIAL_TOKENS,
+        show_progress=False,
     )
     with tempfile.TemporaryDirectory() as directory:
         bpe.save_model(directory)
