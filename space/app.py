@@ -144,7 +144,7 @@ class ModelCache:
             )
         # A local PAC-S++ model names the CLIP it was trained from; CLIP-S uses that CLIP when it can be loaded.
         try:
-            clip_s = load_model(pac_s.config.base_model_id)
+            clip_s = load_model(getattr(pac_s.config, "base_model_id", None) or pac_s.config.clip_model_id)  # Polos
         except (OSError, ValueError) as error:
             return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason=str(error))
         return ScoringModels(clip_s=clip_s, pac_s=pac_s)
@@ -239,13 +239,15 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     images = [request.image] * len(request.captions)
     references = [request.references] * len(request.captions) if request.references else None
     free_name, ref_name = models.pac_s.config.score_names
+    if models.pac_s.config.variant == "polos" and references is None:
+        raise gr.Error("Polos is a reference-based metric: enter at least one reference", title="No references")
     pac_s_output = models.pac_s.score(images, request.captions, references=references)
     table = pd.DataFrame({"caption": request.captions})
     if models.clip_s is not None:
         table[CLIP_S_NAME] = models.clip_s.score(images, request.captions).scores.tolist()
     table[free_name] = pac_s_output.scores.tolist()
     ranked_by = free_name
-    if pac_s_output.ref_scores is not None:
+    if getattr(pac_s_output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
         table[ref_name] = pac_s_output.ref_scores.tolist()
         ranked_by = ref_name
     table = table.sort_values(ranked_by, ascending=False, kind="stable").reset_index(drop=True)

@@ -66,3 +66,33 @@ def test_evaluate_module_polos_config(engine, polos_dir, image_folder, tmp_path)
     assert_scores_close(results["scores"], expected.scores)
     with pytest.raises(ValueError, match="config_name 'polos' asks for polos but model .* is a pac_s_pp model"):
         evaluate.load(METRIC_DIR, config_name="polos", model="tiny", cache_dir=str(tmp_path / "other"))
+
+
+def load_space_app():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "space_app_polos", Path(__file__).resolve().parents[1] / "space/app.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_space_scores_a_local_polos_model_with_references(engine, polos_dir, image_folder, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    app = load_space_app()
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=str(polos_dir), allow_typed_paths=False)
+    models = cache.get(str(polos_dir))
+    assert isinstance(models.pac_s, PolosModel) and models.clip_s is None  # CLIP-S's Hub CLIP is offline here
+    image = str(image_folder[0])
+    captions = ["a cat on a sofa", "a dog running", "two people"]
+    request = app.ScoreRequest(image=image, captions=captions, references=["a cat sleeping", "a cat"])
+    table = app.score_request(request, models)
+    expected = engine.score([image] * 3, captions, [request.references] * 3).scores.tolist()
+    assert list(table.columns) == ["rank", "caption", "Polos"] and table.attrs["ranked_by"] == "Polos"
+    by_caption = dict(zip(table["caption"], table["Polos"]))
+    assert_scores_close([by_caption[caption] for caption in captions], expected)
+    assert table["Polos"].is_monotonic_decreasing
+    with pytest.raises(app.gr.Error, match="Polos is a reference-based metric: enter at least one reference"):
+        app.score_request(app.ScoreRequest(image=image, captions=captions, references=[]), models)
