@@ -178,3 +178,25 @@ def test_malformed_rows_name_row_and_column(tmp_path):
     path.write_text("mt,refs,imgid\n")
     with pytest.raises(RowError, match=r"missing columns \['score'\]"):
         read_polaris(path)
+
+
+def test_train_script_writes_a_loadable_model(polaris, tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "train_polos.py"
+    spec = importlib.util.spec_from_file_location("train_polos_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _, folder = polaris
+    csv_path = str(folder / "polaris_train.csv")
+    common = ["--model", "tiny:polos", "--train", csv_path, "--validation", csv_path, "--output_dir", str(tmp_path)]
+    with pytest.raises(SystemExit):
+        module.main([*common, "--batch_size", "0"])
+    assert "--batch_size: must be a positive integer, got 0" in capsys.readouterr().err
+    arguments = [*common, "--batch_size", "8", "--gradient_accumulation_steps", "1", "--num_train_epochs", "1"]
+    assert module.main([*arguments, "--cache_features"]) == 0
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["model_type"] == "polos"
+    assert isinstance(PolosModel.from_pretrained(tmp_path / "final"), PolosModel)
+    assert "validation: eval_loss" in capsys.readouterr().out

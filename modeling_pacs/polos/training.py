@@ -177,6 +177,7 @@ def polos_training_arguments(
         "seed": 42,
         "remove_unused_columns": False,
         "report_to": "none",
+        "dataloader_pin_memory": False,  # batches are file paths and strings; only the targets are tensors
     }
     settings.update(overrides)
     return TrainingArguments(output_dir=str(output_dir), **settings), callback
