@@ -28,7 +28,7 @@ from transformers.utils import ModelOutput, logging
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
 from .inputs import ImageInput, check_captions, image_key
-from .modeling_pacs import PACSModel, deduplicate, make_world_readable, mean_or_nan, missing_weights_message
+from .modeling_pacs import PACSModel, deduplicate, make_world_readable, mean_or_nan
 from .scoring import max_by_owner, polos_features, polos_head, scalar_mix
 
 logger = logging.get_logger(__name__)
@@ -163,7 +163,11 @@ class PolosModel(PolosPreTrainedModel):
         except OSError as error:
             if Path(name_or_path).is_dir():
                 raise
-            raise OSError(missing_weights_message(name_or_path).replace("PAC-S++", "Polos")) from error
+            raise OSError(missing_polos_message(name_or_path)) from error
+        except ValueError as error:  # huggingface_hub's HFValidationError for strings that are not repo ids
+            if Path(name_or_path).exists() or "repo" not in str(error).lower():
+                raise
+            raise OSError(missing_polos_message(name_or_path)) from error
         model.clip_tokenizer = AutoTokenizer.from_pretrained(
             name_or_path, subfolder=CLIP_TOKENIZER_FOLDER, config=model.config.clip_config, **hub_kwargs
         )
@@ -375,6 +379,17 @@ class PolosModel(PolosPreTrainedModel):
                     group_ids = [token_ids[position] for position in positions]
                     embeds[positions] = self.sentence_embeddings(group_ids, [0] * len(positions)).float().cpu()
         return embeds
+
+
+def missing_polos_message(name_or_path: str) -> str:
+    """How to get Polos weights when `name_or_path` is neither a local directory nor reachable on the Hub."""
+    return (
+        f"could not load Polos model '{name_or_path}': it is not a local model directory and the Hugging Face Hub "
+        "did not provide it (offline, unreachable, or no such repository). To get weights: download a converted "
+        "repository on a machine with internet (`hf download REPO_ID --local-dir DIR`) and pass DIR; or convert the "
+        "released checkpoint with `pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output DIR`; or, for an "
+        "offline smoke test with random weights, use the model 'tiny:polos'."
+    )
 
 
 def check_polos_references(references, num_candidates: int) -> list[list[str]]:

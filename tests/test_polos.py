@@ -284,3 +284,8 @@ def test_unreadable_image_and_bad_parameters(polos, tmp_path):
     for name in ("batch_size", "image_batch_size", "text_batch_size"):
         with pytest.raises(ValueError, match=f"{name} must be a positive integer, got 0"):
             polos.score([random_image(0)], ["a cat"], [["a cat"]], **{name: 0})
+
+
+def test_missing_model_explains_how_to_get_weights(tmp_path):
+    with pytest.raises(OSError, match=r"could not load Polos model 'nobody/no-polos'.*pacs-pp convert-polos"):
+        PolosModel.from_pretrained("nobody/no-polos")

@@ -379,8 +379,24 @@ def convert_polos_checkpoint(
         hidden_sizes=model.config.hidden_sizes,
     )
     write_directory(model, card, output_dir)
-    log(f"wrote {output_dir}")
+    verify_saved_model(model, output_dir)
+    log(f"wrote {output_dir} (reloaded: every tensor equal to the conversion)")
     return model
+
+
+def verify_saved_model(model: PolosModel, output_dir: Path):
+    """Reload `output_dir` and check that every tensor equals the converted model's."""
+    reloaded = PolosModel.from_pretrained(output_dir, dtype=torch.float32).state_dict()
+    converted = model.state_dict()
+    different = sorted(
+        key for key in converted.keys() | reloaded.keys()
+        if key not in converted or key not in reloaded or not torch.equal(converted[key], reloaded[key])
+    )  # fmt: skip
+    if different:
+        raise RuntimeError(
+            f"the saved directory '{output_dir}' does not reproduce the conversion ({len(different)} tensors differ, "
+            f"e.g. {different[:3]}): check the installed transformers/safetensors versions"
+        )
 
 
 def write_directory(model: PolosModel, card: str, output_dir: Path):
