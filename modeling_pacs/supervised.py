@@ -95,6 +95,8 @@ class SupervisedMetricTrainer(Trainer):
     """
 
     loss_reduction = "sum"
+    # The summed batch loss is not scaled here: Trainer divides it by the accumulation steps (as Lightning does).
+    loss_is_scaled_for_ga = False
 
     def predict_batch(self, model, inputs: dict) -> torch.Tensor:
         raise NotImplementedError
