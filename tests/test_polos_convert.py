@@ -253,3 +253,16 @@ def test_existing_output_needs_overwrite(release, capsys):
     )
     assert code == 2
     assert "exists and is not empty: choose another, or pass --overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("hidden_sizes", ["2304,1152", [2304, 1152]])
+def test_hparams_hidden_sizes_forms(hidden_sizes):
+    from modeling_pacs.polos.convert import check_hparams
+
+    settings = check_hparams({"final_activation": False, "hidden_sizes": hidden_sizes})
+    assert settings["hidden_sizes"] == [2304, 1152]
+    assert settings["pretrained_model"] == "princeton-nlp/sup-simcse-roberta-base"
+    with pytest.raises(CheckpointError, match="hparams 'hidden_sizes' 'a,b' is not a comma-separated list of ints"):
+        check_hparams({"final_activation": False, "hidden_sizes": "a,b"})
+    with pytest.raises(CheckpointError, match=r"hparams 'layer' is 12: only 'mix' \(the released Polos\) is supported"):
+        check_hparams({"final_activation": False, "layer": 12})

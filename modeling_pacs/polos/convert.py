@@ -191,8 +191,10 @@ def check_hparams(hparams: dict) -> dict:
         raise CheckpointError(f"hparams 'final_activation' is {hparams['final_activation']!r}: only false is supported")
     hidden_sizes = hparams.get("hidden_sizes", "2304,1152")
     try:
-        hidden_sizes = [int(size) for size in str(hidden_sizes).split(",")]
-    except ValueError:
+        # FeedForward accepts "2304,1152", a list, or one int.
+        sizes = hidden_sizes if isinstance(hidden_sizes, (list, tuple)) else str(hidden_sizes).split(",")
+        hidden_sizes = [int(size) for size in sizes]
+    except (TypeError, ValueError):
         raise CheckpointError(
             f"hparams 'hidden_sizes' {hidden_sizes!r} is not a comma-separated list of ints"
         ) from None
