@@ -39,7 +39,23 @@ def resolve_device(device: str | None = None) -> torch.device:
     """`None`/`"auto"`: CUDA when present, else CPU."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(
+            f"device {device!r} is not a device: use 'auto', 'cpu', 'cuda' or 'cuda:N' ({error})"
+        ) from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} was asked for, but CUDA is not available here (torch {torch.__version__}): "
+                "use --device cpu (or auto), or install a CUDA build of torch"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} was asked for, but MPS is not available here: use cpu or auto")
+    return resolved
 
 
 # Seed of the "tiny" models: with it, random cosines on the examples are positive, so demos show non-zero scores.
