@@ -86,6 +86,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if model == TINY_MODEL_PREFIX or model.startswith(TINY_MODEL_PREFIX + ":"):
