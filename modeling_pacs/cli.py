@@ -4,14 +4,16 @@ import argparse
 import csv
 import json
 import logging
-import math
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
+from contextlib import contextmanager
 from pathlib import Path
 
 from .loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from .outputs import check_output_directory, check_output_file, strict_json
 
 logger = logging.getLogger("pacs_pp")
 
@@ -44,45 +46,102 @@ def resolve_image(image, image_root: Path):
     return image
 
 
+def load_json_file(path: Path):
+    """Parse a JSON file; errors name the file, line and column, and repeated object keys are refused."""
+
+    def unique_keys(pairs: list[tuple]) -> dict:
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ValueError(
+                    f"{path}: the key '{key}' appears twice, so one of its values would be lost: merge them "
+                    "(several captions of one image go in a list)"
+                )
+            seen[key] = value
+        return seen
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error})") from None
+
+
+def captions_of(image: str, value, input_path: Path) -> list[str]:
+    """The captions of one image in a JSON mapping: a string or a list of strings."""
+    captions = [value] if isinstance(value, str) else value
+    if not isinstance(captions, list) or not all(isinstance(caption, str) for caption in captions):
+        raise ValueError(
+            f"{input_path}: the captions of '{image}' are {json.dumps(value)[:80]}: expected a string or a list of "
+            "strings"
+        )
+    return captions
+
+
 def read_items(input_path: Path, image_root: Path) -> list[dict]:
     """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
     suffix = input_path.suffix.lower()
     if suffix == ".json":
-        mapping = json.loads(input_path.read_text(encoding="utf-8"))
+        mapping = load_json_file(input_path)
         if not isinstance(mapping, dict):
-            raise SystemExit(f"{input_path}: a JSON input must be an object {{image_path: caption or [captions]}}")
-        items = []
-        for image, captions in mapping.items():
-            for caption in [captions] if isinstance(captions, str) else captions:
-                items.append({"image": image, "caption": caption})
+            raise ValueError(f"{input_path}: a JSON input must be an object {{image_path: caption or [captions]}}")
+        items = [
+            {"image": image, "caption": caption}
+            for image, value in mapping.items()
+            for caption in captions_of(image, value, input_path)
+        ]
     elif suffix == ".jsonl":
-        lines = input_path.read_text(encoding="utf-8").splitlines()
-        items = [json.loads(line) for line in lines if line.strip()]
+        items = []
+        with input_path.open(encoding="utf-8-sig") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{input_path}: line {line_number} is not valid JSON: {error.msg}") from None
+                if not isinstance(item, dict):
+                    raise ValueError(f'{input_path}: line {line_number} is not a JSON object {{"image", "caption"}}')
+                items.append(item)
     elif suffix == ".csv":
-        with input_path.open(newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
+        with input_path.open(newline="", encoding="utf-8-sig") as handle:
             items = list(csv.DictReader(handle))
-        for item in items:
-            if item.get("references"):
-                item["references"] = json.loads(item["references"])
-            else:
-                item.pop("references", None)
+        for row, item in enumerate(items):
+            cell = item.pop("references", None)
+            if cell is None or not cell.strip():
+                continue  # no references for this row (all rows or none must have them)
+            try:
+                item["references"] = json.loads(cell)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{input_path}: row {row} (line {row + 2}): the references cell is not a JSON list "
+                    f'({error.msg}); write it as ["first reference", "second reference"]'
+                ) from None
     else:
-        raise SystemExit(f"{input_path}: unsupported input format '{suffix}' (use .json, .jsonl or .csv)")
+        raise ValueError(f"{input_path}: unsupported input format '{suffix}' (use .json, .jsonl or .csv)")
+    if not items:
+        raise ValueError(f"{input_path} holds no captions: nothing to score")
     for row, item in enumerate(items):
         missing = [column for column in ("image", "caption") if column not in item]
         if missing:
-            raise SystemExit(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
+            raise ValueError(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
+        if not isinstance(item["image"], str):
+            raise ValueError(f"{input_path}: item {row}'s image is {item['image']!r}: expected a path string")
         item["image_path"] = resolve_image(item["image"], image_root)
     return items
 
 
 def attach_references(items: list[dict], references_path: Path, image_root: Path):
-    mapping = json.loads(references_path.read_text(encoding="utf-8"))
+    mapping = load_json_file(references_path)
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{references_path}: references must be a JSON object {{image_path: [reference, ...]}}")
     by_path = {resolve_image(key, image_root): value for key, value in mapping.items()}
     for item in items:
         references = by_path.get(item["image_path"])
         if references is None:
-            raise SystemExit(f"{references_path}: no references for image '{item['image']}'")
+            raise ValueError(f"{references_path}: no references for image '{item['image']}'")
         item["references"] = [references] if isinstance(references, str) else references
 
 
@@ -104,7 +163,11 @@ def write_atomically(path: Path, chunks: Iterable[str]):
         raise
 
 
+OUTPUT_SUFFIXES = (".json", ".jsonl", ".csv")
+
+
 def format_results(items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str) -> str:
+    """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row)."""
     rows = [{"image": item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
     if suffix == ".csv":
         from io import StringIO
@@ -115,8 +178,52 @@ def format_results(items: list[dict], names: list[str], means: dict, model_name:
         writer.writerows(rows)
         writer.writerow({"image": "MEAN", "caption": "", **means})
         return buffer.getvalue()
+    if suffix == ".jsonl":
+        return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)
     summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means, "items": rows}
-    return json.dumps(summary, indent=2, ensure_ascii=False) + "\n"
+    return strict_json(summary, indent=2, ensure_ascii=False) + "\n"
+
+
+def quiet_libraries(verbose: bool):
+    """Keep the libraries' developer notes (deprecations, loading reports) off a user's terminal."""
+    if verbose:
+        return
+    import warnings
+
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"(transformers|peft|huggingface_hub|torch)\b")
+
+
+@contextmanager
+def quiet_loading(verbose: bool):
+    """Hide the weight-loading progress bars while a model loads (our own progress bars stay on afterwards)."""
+    import huggingface_hub.utils
+    import transformers
+
+    hidden = not verbose and transformers.utils.logging.is_progress_bar_enabled()
+    if hidden:
+        transformers.utils.logging.disable_progress_bar()
+        huggingface_hub.utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if hidden:
+            transformers.utils.logging.enable_progress_bar()
+            huggingface_hub.utils.enable_progress_bars()
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------------- commands
@@ -136,8 +243,10 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
     )
     parser.add_argument("--references", type=Path, help="JSON {image_path: [references]} for RefPAC-S++")
     parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
-    parser.add_argument("--output", "-o", type=Path, help="write per-item scores and means (.json or .csv)")
-    parser.add_argument("--batch-size", type=int, default=64, help="images per encoder batch (texts: 4x)")
+    parser.add_argument(
+        "--output", "-o", type=Path, help="write per-item scores and means (.json, .jsonl or .csv; not an input)"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ...")
     parser.add_argument(
         "--dtype",
@@ -146,13 +255,19 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
         help="fp32 gives the reference numbers; fp16/bf16 speed up the GPU encoders (deviation <= ~1e-2, see README)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"
+    )
     return parser
 
 
 def run_score(args: argparse.Namespace) -> dict:
+    quiet_libraries(args.verbose)
     image_root = args.image_root or args.input.parent
     if not args.input.is_file():
         raise SystemExit(f"input file '{args.input}' does not exist")
+    if args.output:
+        check_output_file(args.output, inputs=[args.input, args.references], suffixes=OUTPUT_SUFFIXES)
     items = read_items(args.input, image_root)
     if args.references:
         attach_references(items, args.references, image_root)
@@ -160,8 +275,14 @@ def run_score(args: argparse.Namespace) -> dict:
     if with_references and len(with_references) != len(items):
         missing = next(index for index, item in enumerate(items) if not item.get("references"))
         raise SystemExit(f"item {missing} ('{items[missing]['image']}') has no references while others do")
+    if not with_references and (args.references or any("references" in item for item in items)):
+        raise SystemExit(
+            "references were given but every item's reference list is empty: give at least one reference per item, "
+            "or leave references out for the reference-free score"
+        )
 
-    model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
+    with quiet_loading(args.verbose):
+        model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
     output = model.score(
         [item["image_path"] for item in items],
         [item["caption"] for item in items],
@@ -184,7 +305,7 @@ def run_score(args: argparse.Namespace) -> dict:
         suffix = args.output.suffix.lower()
         text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)
         write_atomically(args.output, [text])
-    summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if not math.isnan(value))
+    summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items())
     weight = f" (w={model.config.w})" if getattr(model.config, "w", None) is not None else ""
     print(f"{len(items)} captions scored with {args.model}{weight}: mean {summary}")
     if args.output:
@@ -218,6 +339,7 @@ def main(argv: list[str] | None = None):
     tiny.add_argument("output", type=Path)
     tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
     from .convert import build_parser as build_convert_parser
 
     build_convert_parser(commands.add_parser("convert", help="convert an official PAC-S / PAC-S++ checkpoint"))
@@ -242,6 +364,12 @@ def main(argv: list[str] | None = None):
     elif args.command == "make-tiny":
         from .tiny import make_tiny_model
 
+        try:
+            check_output_directory(args.output, overwrite=args.overwrite)
+        except ValueError as error:
+            raise SystemExit(f"pacs-pp make-tiny: error: {error}") from None
+        if args.output.is_dir() and any(args.output.iterdir()):
+            shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
         make_tiny_model(args.output, variant=args.variant, seed=args.seed)
         print(f"tiny {args.variant} model (random weights) saved to {args.output}")
     elif args.command == "convert":

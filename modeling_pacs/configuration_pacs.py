@@ -1,5 +1,7 @@
 """PAC-S++ configuration."""
 
+import math
+
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
@@ -75,6 +77,15 @@ class PACSConfig(PreTrainedConfig):
             raise ValueError(f"variant must be one of {sorted(VARIANT_DEFAULT_W)}, got {self.variant!r}")
         if self.w is None:
             self.w = VARIANT_DEFAULT_W[self.variant]
+        for name in ("w", "lora_alpha"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("max_text_length", "lora_rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "max_text_length" else 1):
+                minimum = 2 if name == "max_text_length" else 1
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         if self.lora_target_modules is None:
             self.lora_target_modules = list(DEFAULT_LORA_TARGET_MODULES)
         if self.backbone_config is None:

@@ -38,6 +38,7 @@ from transformers import CLIPConfig
 from .configuration_pacs import PACSConfig
 from .model_card import render_model_card
 from .modeling_pacs import PACSModel, make_world_readable
+from .outputs import check_output_directory
 from .tiny import build_clip_tokenizer, save_hub_ready
 
 LORA_MODES = ("official", "full")
@@ -262,6 +263,14 @@ def load_official_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]
             kind = type(value).__name__
             raise CheckpointError(f"'{path}': entry '{key}' of the state dict is a {kind}, not a tensor")
         weights[key] = value
+    non_finite = [
+        key for key, value in weights.items() if value.is_floating_point() and not torch.isfinite(value).all()
+    ]
+    if non_finite:
+        raise CheckpointError(
+            f"'{path}': {len(non_finite)} tensor(s) hold NaN or infinite values ({shorten(non_finite)}): the file is "
+            "corrupt or was saved from a diverged run; use the official release"
+        )
     return weights
 
 
@@ -675,10 +684,7 @@ def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike
     """Write a complete Hub-ready directory (config with auto_map, remote code, safetensors, adapter, processor,
     README.md model card), atomically: a crash never leaves a half-written `output_dir`."""
     output_dir = Path(output_dir)
-    if output_dir.exists() and any(output_dir.iterdir()) and not overwrite:
-        raise FileExistsError(
-            f"output directory '{output_dir}' exists and is not empty: choose another, or pass --overwrite"
-        )
+    check_output_directory(output_dir, overwrite=overwrite)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
@@ -731,7 +737,7 @@ def verify_saved_model(converted: ConvertedCheckpoint, output_dir: str | os.Path
             )
         ]
     largest = float(max(differences))
-    if largest > tolerance:
+    if not largest <= tolerance:  # also true for NaN
         raise RuntimeError(
             f"the saved directory '{output_dir}' does not reproduce the converted model (largest feature difference "
             f"{largest:.3g} > {tolerance}): check the installed peft/transformers versions"
@@ -752,6 +758,7 @@ def convert_checkpoint(
 ) -> ConvertedCheckpoint:
     """Load an official checkpoint safely, convert it, write a Hub-ready directory and (by default) check that the
     directory reloads to the same features. Prints the LoRA delta norms of PAC-S++ checkpoints."""
+    check_output_directory(output_dir, inputs=[checkpoint], overwrite=overwrite)
     state_dict = load_official_checkpoint(checkpoint)
     converted = convert_state_dict(state_dict, variant, lora_mode, head_dim, allow_other_geometry)
     geometry = converted.geometry.describe()

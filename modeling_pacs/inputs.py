@@ -24,7 +24,28 @@ logger = logging.get_logger(__name__)
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
+# Images more elongated than this are refused (see `check_aspect_ratio`): the resize before the centre crop would
+# otherwise cost memory in proportion to the ratio (a 51 KiB 1x15000 PNG needed 3 GiB).
+MAX_ASPECT_RATIO = 200
+
 ImageInput = Union[str, os.PathLike, bytes, bytearray, PIL.Image.Image, np.ndarray, torch.Tensor, dict]
+
+
+# ----------------------------------------------------------------------------------------------------- numbers
+def check_positive_int(value: Any, name: str) -> int:
+    """Return `value` if it is an integer >= 1, else raise naming the parameter (e.g. a batch size of 0 or -1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def check_positive_number(value: Any, name: str) -> float:
+    """Return `value` as a float if it is a finite number > 0, else raise naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
 
 
 # ----------------------------------------------------------------------------------------------------- texts
@@ -197,15 +218,35 @@ def preprocess_image(image: PIL.Image.Image, size: int) -> torch.Tensor:
     return (pixels - mean) / std
 
 
+def check_aspect_ratio(image: PIL.Image.Image, index: int, description: str):
+    """Refuse images so elongated that the resize (shorter side to 224) would allocate an enormous image.
+
+    The exact pipeline resizes the whole image before the centre crop (torchvision's order); resampling only the
+    cropped window would change pixels (Pillow's box path rounds differently), so extreme shapes are refused instead.
+    """
+    width, height = image.size
+    ratio = max(width, height) / max(1, min(width, height))
+    if ratio > MAX_ASPECT_RATIO:
+        raise ValueError(
+            f"image {index} ({description}) is {width}x{height}: its aspect ratio {ratio:.0f}:1 exceeds the limit of "
+            f"{MAX_ASPECT_RATIO}:1 (resizing its shorter side to the model's input size would need "
+            f"{ratio:.0f}x that size along the other side). Crop or pad it to a less extreme shape"
+        )
+
+
 def load_and_preprocess(image: ImageInput, index: int, size: int) -> torch.Tensor:
     """Decode and preprocess one image into a `[3, size, size]` tensor."""
-    return preprocess_image(load_image(image, index), size)
+    decoded = load_image(image, index)
+    check_aspect_ratio(decoded, index, describe_image(image))
+    return preprocess_image(decoded, size)
 
 
 __all__ = [
     "OPENAI_CLIP_MEAN",
     "OPENAI_CLIP_STD",
     "check_captions",
+    "check_positive_int",
+    "check_positive_number",
     "check_references",
     "clean_text",
     "describe_image",

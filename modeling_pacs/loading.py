@@ -42,7 +42,23 @@ def resolve_device(device: str | None = None) -> torch.device:
     """`None`/`"auto"`: CUDA when present, else CPU."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(
+            f"device {device!r} is not a device: use 'auto', 'cpu', 'cuda' or 'cuda:N' ({error})"
+        ) from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} was asked for, but CUDA is not available here (torch {torch.__version__}): "
+                "use --device cpu (or auto), or install a CUDA build of torch"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} was asked for, but MPS is not available here: use cpu or auto")
+    return resolved
 
 
 # Seed of the "tiny" models: with it, random cosines on the examples are positive, so demos show non-zero scores.
@@ -78,6 +94,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     (model_type `clip`) give CLIP-S; Polos directories (model_type `polos`) a `PolosModel`.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
+    if not isinstance(model, str) or not model.strip():
+        raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if model == TINY_MODEL_PREFIX or model.startswith(TINY_MODEL_PREFIX + ":"):

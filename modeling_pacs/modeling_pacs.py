@@ -18,6 +18,7 @@ from .configuration_pacs import PACSConfig
 from .inputs import (
     ImageInput,
     check_captions,
+    check_positive_int,
     check_references,
     image_key,
     load_and_preprocess,
@@ -160,6 +161,7 @@ class PACSModel(PACSPreTrainedModel):
             raise OSError(missing_weights_message(name_or_path)) from error
         # Passing the backbone config keeps AutoTokenizer from resolving (and prompting for) our remote config.
         model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
+        check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
         if load_adapter and model.config.adapter_path:
             model.load_lora_adapter(name_or_path, merge=model.config.merge_adapter, **hub_kwargs)
         return model
@@ -182,27 +184,32 @@ class PACSModel(PACSPreTrainedModel):
         model = cls(config)
         model.clip = clip
         model.tokenizer = AutoTokenizer.from_pretrained(clip_name_or_path, **hub_kwargs)
+        check_tokenizer(model.tokenizer, config.backbone_config, clip_name_or_path)
         return model.eval()
 
     def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):
         """Load the PEFT LoRA adapter of `config.adapter_path` into the backbone; merge it unless `merge=False`.
 
-        `adapter_path` is resolved relative to `model_name_or_path` (a local directory or a Hub repository) unless
-        it is itself an absolute path or a Hub id of its own.
+        `adapter_path` is an absolute path, or a sub-folder of `model_name_or_path` (a local directory or a Hub
+        repository). A relative path is never resolved against the current directory: scoring from inside another
+        model's folder must not pick up that folder's adapter.
         """
         from peft import PeftModel
 
         adapter_path = self.config.adapter_path
-        local_candidate = Path(model_name_or_path) / adapter_path
-        if Path(adapter_path).is_absolute() or Path(adapter_path).is_dir():
+        if Path(adapter_path).is_absolute():
+            if not Path(adapter_path).is_dir():
+                raise OSError(f"the LoRA adapter folder '{adapter_path}' named by the config does not exist")
             location, subfolder = adapter_path, None
-        elif local_candidate.is_dir():
-            location, subfolder = str(local_candidate), None
         elif Path(model_name_or_path).is_dir():
-            raise OSError(
-                f"the config of '{model_name_or_path}' names a LoRA adapter at '{adapter_path}', which does not "
-                "exist: restore the adapter folder, or set `adapter_path` to null if the weights are already merged"
-            )
+            local_candidate = Path(model_name_or_path) / adapter_path
+            if not local_candidate.is_dir():
+                raise OSError(
+                    f"the config of '{model_name_or_path}' names a LoRA adapter at '{adapter_path}', which does not "
+                    f"exist in that folder ('{local_candidate}'): restore the adapter folder, or set `adapter_path` "
+                    "to null if the weights are already merged"
+                )
+            location, subfolder = str(local_candidate), None
         else:
             location, subfolder = model_name_or_path, adapter_path
         peft_kwargs = dict(hub_kwargs)
@@ -284,6 +291,7 @@ class PACSModel(PACSPreTrainedModel):
         batches, so each batch pads little; padding changes results only at float rounding level (<= 1e-6).
         """
         captions = check_captions(captions, "caption")
+        batch_size = check_positive_int(batch_size, "text batch_size")
         tokens = self.tokenize(captions) if captions else None
         if tokens is None:
             empty = torch.zeros(0, self.config.backbone_config.projection_dim)
@@ -328,6 +336,9 @@ class PACSModel(PACSPreTrainedModel):
         `item_indices` are the indices that error messages name (default: positions in `images`).
         """
         images = list(images)
+        batch_size = check_positive_int(batch_size, "image batch_size")
+        if num_workers is not None:
+            num_workers = check_positive_int(num_workers, "num_workers")
         item_indices = item_indices or list(range(len(images)))
         size = self.config.backbone_config.vision_config.image_size
         embeds = torch.empty(len(images), self.config.backbone_config.projection_dim)
@@ -365,6 +376,8 @@ class PACSModel(PACSPreTrainedModel):
             [`PACSScoreOutput`] with per-item scores and their corpus means.
         """
         candidates = check_captions(candidates)
+        image_batch_size = check_positive_int(image_batch_size, "image_batch_size")
+        text_batch_size = check_positive_int(text_batch_size, "text_batch_size")
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
         if len(images) != len(candidates):
             raise ValueError(
@@ -381,12 +394,23 @@ class PACSModel(PACSPreTrainedModel):
             for item, item_references in enumerate(references):
                 texts.extend(item_references)
                 reference_owner.extend([item] * len(item_references))
-        unique_texts, text_index, _ = deduplicate(texts, lambda text: text)
+        unique_texts, text_index, first_texts = deduplicate(texts, lambda text: text)
 
         # Errors name the first item that uses a broken image, not its position among the unique images.
         unique_image_embeds = self.encode_images(unique_images, image_batch_size, progress, item_indices=first_items)
+        check_finite(unique_image_embeds, [f"image {item}" for item in first_items])
         image_embeds = unique_image_embeds[image_index]
-        text_embeds = self.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
+        unique_text_embeds = self.encode_texts(unique_texts, text_batch_size, progress=progress)
+        check_finite(
+            unique_text_embeds,
+            [
+                f"candidate {position}"
+                if position < len(candidates)
+                else f"a reference of item {reference_owner[position - len(candidates)]}"
+                for position in first_texts
+            ],
+        )
+        text_embeds = unique_text_embeds[text_index]
         candidate_embeds = text_embeds[: len(candidates)]
 
         w = self.config.w
@@ -435,6 +459,34 @@ def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
             first_seen.append(position)
         index.append(positions[item_key])
     return unique, torch.tensor(index, dtype=torch.long), first_seen
+
+
+def check_finite(embeds: torch.Tensor, names: list[str]):
+    """A NaN or infinite embedding means broken weights (or an fp16 overflow): raise instead of scoring it."""
+    finite = torch.isfinite(embeds).all(dim=-1)
+    if not bool(finite.all()):
+        first = int((~finite).nonzero()[0])
+        raise ValueError(
+            f"the model produced a non-finite embedding for {names[first]}: its weights contain NaN/Inf, or fp16 "
+            "overflowed. Check the checkpoint (re-convert it), or score in fp32"
+        )
+
+
+def check_tokenizer(tokenizer, backbone_config, name_or_path: str):
+    """A model folder missing its tokenizer files can load a stub tokenizer that maps every caption alike."""
+    text_config = getattr(backbone_config, "text_config", backbone_config)
+    vocab_size = getattr(text_config, "vocab_size", None)
+    if vocab_size and abs(len(tokenizer) - vocab_size) > 0.01 * vocab_size:
+        present = sorted(path.name for path in Path(name_or_path).glob("*")) if Path(name_or_path).is_dir() else []
+        expected = [name for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")]
+        missing = [name for name in expected if present and name not in present]
+        raise OSError(
+            f"the tokenizer loaded from '{name_or_path}' has {len(tokenizer)} tokens but the model's vocabulary has "
+            f"{vocab_size}: the tokenizer files are missing or belong to another model"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+            + ". Copy the tokenizer files of the backbone into the folder (e.g. from the directory it was converted "
+            "or trained from)"
+        )
 
 
 def mean_or_nan(values: torch.Tensor) -> float:

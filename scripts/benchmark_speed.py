@@ -9,24 +9,48 @@ functions; they differ only in how they encode:
 - ours (`PACSModel.score`): each distinct image and text encoded once, texts sorted by length and padded to the
   batch's longest, LoRA merged into the weights, decoding in a thread pool, fp32.
 
-Prints the throughput ratio, the largest score difference, and the image encoder's achieved GFLOP/s as a fraction of
-this machine's measured fp32 matmul peak.
+With `--official-dir`, a checkout of the public `aimagelab/pacscore` code is timed too, as the baseline: its
+`models/clip_lora/model.py` (CLIP + custom_loralib, the PAC-S++ model), `clip.tokenize` and
+`evaluation/pac_score/pac_score.py` (`PACScore` / `RefPACScore`, DataLoaders with 6 workers) are imported by file
+path, a PAC-S++ ViT-B/32 checkpoint is built in ITS layout (random weights and LoRA), our model is converted from
+that same checkpoint (`convert_state_dict`, lora_mode official), and both score the same workload. torchvision (which
+that code imports for its transforms) has no CPU build here: its Resize / CenterCrop / ToTensor / Normalize are
+re-derived below; everything else is the official code as published.
+
+Prints the throughput ratios, the largest score differences, a per-stage profile of our engine (decoding,
+preprocessing, image encoding, tokenisation, text encoding, scoring) with the encoders' achieved GFLOP/s as a share
+of this machine's measured fp32 matmul peak, and the peak RSS of scoring N vs 10 N items.
 
     python scripts/benchmark_speed.py --images 200 --candidates 3 --references 5
+    python scripts/benchmark_speed.py --images 60 --official-dir ../pacscore
 """
 
 import argparse
+import contextlib
 import copy
+import importlib
+import importlib.util
+import json
 import random
+import resource
+import subprocess
+import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from modeling_pacs.inputs import load_and_preprocess, prepare_caption
+import modeling_pacs
+from modeling_pacs.inputs import (
+    load_and_preprocess,
+    load_image,
+    prepare_caption,
+    preprocess_image,
+)
 from modeling_pacs.loading import DTYPES, resolve_device
 from modeling_pacs.scoring import harmonic_mean, max_reference_similarity, reference_free_score
 from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
@@ -85,6 +109,151 @@ def reference_style_scores(model, items, batch_size: int = 64):
     return torch.cat(scores), torch.cat(ref_scores)
 
 
+# ---------------------------------------------------------------------------------------------------- official code
+def torchvision_transforms_stub() -> types.ModuleType:
+    """The part of `torchvision.transforms` the official code uses, re-derived for PIL inputs (torchvision has no CPU
+    build matching this torch): Resize(int) on the shorter side with `int()` for the longer one, CenterCrop with
+    torchvision's rounding, ToTensor, Normalize. `InterpolationMode` is absent, so the official code falls back to
+    `PIL.Image.BICUBIC`, exactly as it does on old torchvision."""
+    module = types.ModuleType("torchvision.transforms")
+
+    class Compose:
+        def __init__(self, transforms):
+            self.transforms = transforms
+
+        def __call__(self, image):
+            for transform in self.transforms:
+                image = transform(image)
+            return image
+
+    class Resize:
+        def __init__(self, size, interpolation=Image.BICUBIC):
+            self.size, self.interpolation = size, interpolation
+
+        def __call__(self, image):
+            width, height = image.size
+            if width <= height:
+                size = (self.size, int(self.size * height / width))
+            else:
+                size = (int(self.size * width / height), self.size)
+            return image if size == image.size else image.resize(size, self.interpolation)
+
+    class CenterCrop:
+        def __init__(self, size):
+            self.size = size
+
+        def __call__(self, image):
+            width, height = image.size
+            top, left = int(round((height - self.size) / 2.0)), int(round((width - self.size) / 2.0))
+            return image.crop((left, top, left + self.size, top + self.size))
+
+    def to_tensor(image):
+        return torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1).float().div(255)
+
+    class Normalize:
+        def __init__(self, mean, std):
+            self.mean, self.std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
+
+        def __call__(self, tensor):
+            return (tensor - self.mean) / self.std
+
+    module.Compose, module.Resize, module.CenterCrop, module.Normalize = Compose, Resize, CenterCrop, Normalize
+    module.ToTensor = lambda: to_tensor
+    return module
+
+
+@contextlib.contextmanager
+def official_import_path(official_dir: Path):
+    """Import the official `models` package from its checkout, with torchvision.transforms re-derived and
+    `pkg_resources.packaging` provided (new setuptools no longer ships pkg_resources)."""
+    import packaging.version
+
+    torchvision = types.ModuleType("torchvision")
+    torchvision.transforms = torchvision_transforms_stub()
+    pkg_resources = types.ModuleType("pkg_resources")
+    pkg_resources.packaging = packaging
+    stubs = {"torchvision": torchvision, "torchvision.transforms": torchvision.transforms}
+    stubs["pkg_resources"] = pkg_resources
+    saved = {name: sys.modules.get(name) for name in stubs}
+    sys.modules.update(stubs)
+    sys.path.insert(0, str(official_dir))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(official_dir))
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
+def load_official_code(official_dir: Path) -> types.SimpleNamespace:
+    """The official PAC-S++ model code, its tokenizer and its scoring functions, imported from `official_dir`."""
+    official_dir = Path(official_dir).resolve()
+    score_file = official_dir / "evaluation" / "pac_score" / "pac_score.py"
+    if not score_file.is_file():
+        raise SystemExit(f"--official-dir '{official_dir}' is not a checkout of aimagelab/pacscore (no {score_file})")
+    with official_import_path(official_dir):
+        importlib.import_module("models")
+        # Loaded before its package, whose __init__ instantiates the tokenizer at import time.
+        tokenizer_file = official_dir / "models" / "clip_lora" / "simple_tokenizer.py"
+        spec = importlib.util.spec_from_file_location("models.clip_lora.simple_tokenizer", tokenizer_file)
+        tokenizer_module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tokenizer_module)
+        sys.modules["models.clip_lora.simple_tokenizer"] = tokenizer_module
+        (bpe_path,) = tokenizer_module.SimpleTokenizer.__init__.__defaults__
+        if not Path(bpe_path).is_file():
+            # A known failure of the official repository: the LoRA model's BPE vocabulary is not committed. Use the
+            # same OpenAI vocabulary that this package bundles.
+            bundled = Path(modeling_pacs.__file__).parent / "assets" / "bpe_simple_vocab_16e6.txt.gz"
+            print(f"official checkout lacks {bpe_path}: using the identical bundled OpenAI vocabulary {bundled}")
+            tokenizer_module.SimpleTokenizer.__init__.__defaults__ = (str(bundled),)
+        model_module = importlib.import_module("models.clip_lora.model")
+        clip_lora = importlib.import_module("models.clip_lora.clip_lora")
+        spec = importlib.util.spec_from_file_location("official_pac_score", score_file)
+        pac_score = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(pac_score)
+    return types.SimpleNamespace(model=model_module, clip_lora=clip_lora, pac_score=pac_score)
+
+
+def official_checkpoint(official, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A PAC-S++ ViT-B/32 state dict in the official layout (OpenAI names + custom_loralib LoRA, r=4): random
+    weights, and random LoRA B matrices (they start at zero) so that every delta counts."""
+    torch.manual_seed(seed)
+    model = official.model.CLIP(512, 224, 12, 768, 32, 77, 49408, 512, 8, 12, lora=4)
+    state_dict = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    for key, value in state_dict.items():
+        if key.endswith("lora_B"):
+            state_dict[key] = torch.randn_like(value) * 0.02
+    return state_dict
+
+
+def build_official_model(official, state_dict: dict[str, torch.Tensor], device: torch.device):
+    """As `compute_correlations_pac++.py` does: build_model (which returns an eval model), float, load, eval."""
+    model = official.model.build_model({key: value.clone() for key, value in state_dict.items()}, lora=4)
+    model = model.to(device).float()
+    model.load_state_dict(state_dict)
+    return model.eval()
+
+
+def official_scores(official, model, items, device: torch.device, w: float):
+    """`compute_scores` of the official code: PACScore, then RefPACScore on its candidate features, then the
+    harmonic mean. The official RefPACScore does not clip the reference term at 0 (Eq. 5 does): clipped here."""
+    images = [path for path, _, _ in items]
+    candidates = [caption for _, caption, _ in items]
+    references = [refs for _, _, refs in items]
+    transform = official.clip_lora._transform(224)
+    _, scores, candidate_features, lengths = official.pac_score.PACScore(
+        model, transform, images, candidates, str(device), w=w
+    )
+    _, similarities = official.pac_score.RefPACScore(model, references, candidate_features, str(device), lengths)
+    similarities = np.clip(np.asarray(similarities), 0, None)
+    total = scores + similarities
+    ref_scores = np.where(total > 0, 2 * scores * similarities / np.where(total > 0, total, 1), 0)
+    return torch.from_numpy(np.asarray(scores, dtype=np.float64)), torch.from_numpy(ref_scores)
+
+
 def vision_flops_per_image(config) -> float:
     """Multiply-adds x 2 of one ViT forward (patch embedding, attention, MLP) plus the projection."""
     vision = config.vision_config
@@ -117,6 +286,96 @@ def matmul_peak_gflops(device: torch.device, dtype: torch.dtype, size: int = 204
     return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
+def text_flops(config, lengths: torch.Tensor) -> float:
+    """FLOPs of the text encoder on captions of these real lengths (padding excluded) plus the projection."""
+    text = config.text_config
+    width, lengths = text.hidden_size, lengths.double()
+    per_layer = 4 * lengths * width**2 + 2 * lengths**2 * width + 2 * lengths * width * text.intermediate_size
+    macs = text.num_hidden_layers * per_layer.sum() + len(lengths) * width * config.projection_dim
+    return 2.0 * float(macs)
+
+
+def profile_stages(model, items, device: torch.device, peak: float) -> list[tuple[str, float, int, str, float]]:
+    """Each stage of `PACSModel.score` timed on its own over the workload's distinct images and texts:
+    (stage, seconds, count, unit, GFLOP/s or 0)."""
+    size = model.config.backbone_config.vision_config.image_size
+    paths = list(dict.fromkeys(path for path, _, _ in items))
+    texts = list(dict.fromkeys([caption for _, caption, _ in items] + [r for _, _, refs in items for r in refs]))
+    rows = []
+    start = time.perf_counter()
+    decoded = [load_image(path, index) for index, path in enumerate(paths)]
+    rows.append(("image decoding (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
+    start = time.perf_counter()
+    pixels = torch.stack([preprocess_image(image, size) for image in decoded])
+    rows.append(("preprocessing (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
+    pixels = pixels.to(device=device, dtype=model.dtype)
+    with torch.inference_mode():
+        model.clip.vision_model(pixel_values=pixels[:2])  # first-call overhead outside the timing
+        synchronize(device)
+        start = time.perf_counter()
+        image_embeds = torch.cat(
+            [
+                model.clip.visual_projection(model.clip.vision_model(pixel_values=batch).pooler_output)
+                for batch in pixels.split(64)
+            ]
+        )
+        synchronize(device)
+        seconds = time.perf_counter() - start
+    flops = vision_flops_per_image(model.config.backbone_config) * len(paths) / seconds / 1e9
+    rows.append(("image encoding (batch 64)", seconds, len(paths), "images", flops))
+    start = time.perf_counter()
+    tokens = model.tokenize(texts)
+    rows.append(("tokenisation", time.perf_counter() - start, len(texts), "texts", 0.0))
+    start = time.perf_counter()
+    text_embeds = model.encode_texts(texts, progress=False)
+    seconds = time.perf_counter() - start - rows[-1][1]  # encode_texts tokenises first
+    flops = text_flops(model.config.backbone_config, tokens["attention_mask"].sum(dim=1)) / seconds / 1e9
+    rows.append(("text encoding (sorted, batch 256)", seconds, len(texts), "texts", flops))
+    index = {text: position for position, text in enumerate(texts)}
+    candidates = text_embeds[[index[caption] for _, caption, _ in items]]
+    references = text_embeds[[index[r] for _, _, refs in items for r in refs]]
+    owner = torch.tensor([i for i, (_, _, refs) in enumerate(items) for _ in refs])
+    images = image_embeds.float().cpu()[[paths.index(path) for path, _, _ in items]]
+    start = time.perf_counter()
+    harmonic_mean(
+        reference_free_score(images, candidates, model.config.w),
+        max_reference_similarity(candidates, references, owner),
+    )
+    rows.append(("scoring (Eqs. 4, 5)", time.perf_counter() - start, len(items), "items", 0.0))
+    return rows
+
+
+def peak_rss_probe(num_items: int):
+    """Score `num_items` items (200 distinct images, 5 references each) with a small model; print peak RSS (MiB)."""
+    with tempfile.TemporaryDirectory() as directory:
+        model = make_tiny_model(variant="pac_s_pp").eval()
+        workload = make_workload(Path(directory), 200, 1, 5)
+        rng = random.Random(1)
+        items = [
+            (workload[i % 200][0], " ".join(rng.choices(WORDS, k=10)), [" ".join(rng.choices(WORDS, k=12))] * 5)
+            for i in range(num_items)
+        ]
+        baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        model.score([i[0] for i in items], [i[1] for i in items], [i[2] for i in items], progress=False)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"items": num_items, "peak_rss_mib": peak / 1024, "before_mib": baseline / 1024}))
+
+
+def measure_peak_rss(num_items: int) -> dict:
+    command = [sys.executable, __file__, "--rss-probe", str(num_items)]
+    completed = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def best_time(function, repeats: int):
+    best, result = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=200)
@@ -128,20 +387,44 @@ def main():
         "--dtype",
         choices=["fp32", "fp16", "bf16"],
         default="fp32",
-        help="precision of OUR engine (the reference-style pipeline stays fp32)",
+        help="precision of OUR engine (the baselines stay fp32)",
     )
+    parser.add_argument("--official-dir", type=Path, help="a checkout of aimagelab/pacscore: time it as the baseline")
+    parser.add_argument("--no-reference-style", action="store_true", help="skip the reference-style pipeline")
+    parser.add_argument(
+        "--memory-items", type=int, default=0, help="also compare the peak RSS of scoring N and 10 N items"
+    )
+    parser.add_argument("--rss-probe", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.rss_probe:
+        return peak_rss_probe(args.rss_probe)
+    for name in ("images", "candidates", "references", "repeats"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name} must be at least 1")
     torch.manual_seed(0)
+    device = resolve_device(args.device)
 
-    print("building ViT-B/32-sized random model with a random LoRA adapter (real weights are not downloadable here)")
-    with tempfile.TemporaryDirectory() as directory:
-        device = resolve_device(args.device)
+    official = None
+    if args.official_dir:
+        from modeling_pacs.convert import convert_state_dict
+
+        official = load_official_code(args.official_dir)
+        print("building a PAC-S++ ViT-B/32 checkpoint in the official layout (random weights and LoRA)")
+        state_dict = official_checkpoint(official)
+        official_model = build_official_model(official, state_dict, device)
+        reference_model = convert_state_dict(state_dict, "pac_s_pp_vit_b32", lora_mode="official").model
+        reference_model = reference_model.eval().to(device)
+    else:
+        print("building ViT-B/32-sized random model with a random LoRA adapter (real weights are not downloadable)")
         reference_model = make_tiny_model(variant="pac_s_pp", clip_config=vit_b32_clip_config()).eval().to(device)
-        ours = copy.deepcopy(reference_model)
-        ours.clip = ours.peft_model.merge_and_unload()
-        ours._peft_model = None
-        if args.dtype != "fp32":
-            ours = ours.to(DTYPES[args.dtype])
+    ours = copy.deepcopy(reference_model)
+    ours.clip = ours.peft_model.merge_and_unload()
+    ours._peft_model = None
+    ours.config.adapter_path = None
+    if args.dtype != "fp32":
+        ours = ours.to(DTYPES[args.dtype])
+
+    with tempfile.TemporaryDirectory() as directory:
         items = make_workload(Path(directory), args.images, args.candidates, args.references)
         images = [path for path, _, _ in items]
         candidates = [caption for _, caption, _ in items]
@@ -150,41 +433,48 @@ def main():
             f"workload: {args.images} images x {args.candidates} candidates x {args.references} references "
             f"= {len(items)} items, device={device}, ours in {args.dtype}, threads={torch.get_num_threads()}"
         )
-
-        baseline_time = ours_time = float("inf")
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            baseline_scores, baseline_ref_scores = reference_style_scores(reference_model, items)
-            baseline_time = min(baseline_time, time.perf_counter() - start)
-            start = time.perf_counter()
-            output = ours.score(images, candidates, references, progress=False)
-            ours_time = min(ours_time, time.perf_counter() - start)
-
-        difference = max(
-            (output.scores - baseline_scores).abs().max().item(),
-            (output.ref_scores - baseline_ref_scores).abs().max().item(),
-        )
-        size = ours.config.backbone_config.vision_config.image_size
-        pixels = torch.stack([load_and_preprocess(path, i, size) for i, path in enumerate(images[:64])])
-        pixels = pixels.to(device=device, dtype=ours.dtype)
-        with torch.inference_mode():
-            ours.clip.vision_model(pixel_values=pixels[:8])
-            synchronize(device)
-            start = time.perf_counter()
-            ours.clip.visual_projection(ours.clip.vision_model(pixel_values=pixels).pooler_output)
-            synchronize(device)
-            encoder_seconds = time.perf_counter() - start
-        achieved = vision_flops_per_image(ours.config.backbone_config) * len(pixels) / encoder_seconds / 1e9
+        timings, results = {}, {}
+        pipelines = [("pacs-pp engine", lambda: ours.score(images, candidates, references, progress=False))]
+        if not args.no_reference_style:
+            pipelines.append(("reference-style pipeline", lambda: reference_style_scores(reference_model, items)))
+        if official is not None:
+            w = ours.config.w
+            pipelines.append(
+                ("official pacscore code", lambda: official_scores(official, official_model, items, device, w))
+            )
+        for name, function in pipelines:
+            timings[name], results[name] = best_time(function, args.repeats)
         peak = matmul_peak_gflops(device, ours.dtype)
+        stages = profile_stages(ours, items, device, peak)
 
-    print(f"reference-style pipeline: {baseline_time:7.2f} s  ({len(items) / baseline_time:6.1f} items/s)")
-    print(f"pacs-pp engine:           {ours_time:7.2f} s  ({len(items) / ours_time:6.1f} items/s)")
-    print(f"throughput ratio (ours / reference-style): {baseline_time / ours_time:.2f}x")
-    print(f"max |score difference| (PAC-S++ and RefPAC-S++): {difference:.2e}")
-    print(
-        f"image encoder: {achieved:.1f} GFLOP/s achieved, {args.dtype} matmul peak {peak:.1f} GFLOP/s "
-        f"-> {achieved / peak:.0%} of peak"
-    )
+    output = results["pacs-pp engine"]
+    for name, seconds in timings.items():
+        print(f"{name:26s} {seconds:8.2f} s  ({len(items) / seconds:7.1f} items/s)")
+    for name in timings:
+        if name == "pacs-pp engine":
+            continue
+        scores, ref_scores = results[name]
+        difference = max(
+            (output.scores.double() - scores.double()).abs().max().item(),
+            (output.ref_scores.double() - ref_scores.double()).abs().max().item(),
+        )
+        ratio = timings[name] / timings["pacs-pp engine"]
+        print(f"ours vs {name}: {ratio:.2f}x faster, max |score difference| {difference:.2e} (PAC-S++, RefPAC-S++)")
+    print(f"\nper-stage profile of our engine ({args.dtype} matmul peak of this machine: {peak:.1f} GFLOP/s)")
+    print(f"{'stage':36s} {'seconds':>8s} {'throughput':>18s} {'GFLOP/s':>8s} {'of peak':>8s}")
+    for stage, seconds, count, unit, flops in stages:
+        share = f"{flops / peak:7.0%}" if flops else ""
+        gflops = f"{flops:8.1f}" if flops else ""
+        print(f"{stage:36s} {seconds:8.2f} {count / seconds:10.1f} {unit + '/s':7s} {gflops:>8s} {share:>8s}")
+    serial = sum(row[1] for row in stages)
+    print(f"{'sum of stages (serial)':36s} {serial:8.2f}   vs end to end {timings['pacs-pp engine']:.2f} s")
+    if args.memory_items:
+        small, large = measure_peak_rss(args.memory_items), measure_peak_rss(10 * args.memory_items)
+        print(
+            f"peak RSS: {small['peak_rss_mib']:.0f} MiB for {small['items']} items, "
+            f"{large['peak_rss_mib']:.0f} MiB for {large['items']} items -> "
+            f"{large['peak_rss_mib'] / small['peak_rss_mib']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

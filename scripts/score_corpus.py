@@ -32,6 +32,7 @@ from accelerate import PartialState
 
 from modeling_pacs.cli import resolve_image, write_atomically
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.outputs import check_output_directory
 
 logger = logging.getLogger("score_corpus")
 
@@ -66,7 +67,7 @@ def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
 
     start = 0
     lines: list[str] = []
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:
         for line in handle:
             if not line.strip():
                 continue  # blank lines are not rows
@@ -92,7 +93,8 @@ def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
 
 
 def csv_rows(path: Path) -> Iterator[dict]:
-    with path.open(newline="", encoding="utf-8") as handle:
+    # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         yield from csv.DictReader(handle)
 
 
@@ -194,11 +196,18 @@ class ShardReader:
 
 # ---------------------------------------------------------------------------------------------------- scoring
 def parse_references(value, row: int) -> list[str]:
+    if isinstance(value, str) and not value.strip():
+        raise SystemExit(
+            f"row {row} has an empty references cell: every row needs at least one reference with "
+            "--references-column (drop the row, or score without references)"
+        )
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.lstrip().startswith("[") else [value]
         except json.JSONDecodeError as error:
             raise SystemExit(f"row {row}: references are not a valid JSON list: {error}") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(reference, str) for reference in value):
+        raise SystemExit(f"row {row}: references must be a list of strings, got {json.dumps(value)[:80]}")
     if not value:
         raise SystemExit(f"row {row} has no references: every row needs at least one with --references-column")
     return list(value)
@@ -215,6 +224,12 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             raise SystemExit(
                 f"row {first_row + offset} lacks {missing} (columns: {sorted(row)}); set --image-column, "
                 "--caption-column or --references-column"
+            )
+        absent = [column for column in args.keep_columns if column not in row]
+        if absent:
+            raise SystemExit(
+                f"--keep-columns names {absent}, which row {first_row + offset} does not have (columns: "
+                f"{sorted(row)}): check the spelling"
             )
         images.append(resolve_image(row[args.image_column], image_root))
         captions.append(row[args.caption_column])
@@ -363,6 +378,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = build_parser().parse_args(argv)
     if args.shard_size < 1:
         raise SystemExit("--shard-size must be at least 1")
+    if args.batch_size < 1:
+        raise SystemExit(f"--batch-size must be at least 1, got {args.batch_size}")
     if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
         raise SystemExit(f"input '{args.input}' does not exist")
     state = PartialState(cpu=args.cpu)
@@ -373,6 +390,10 @@ def main(argv: list[str] | None = None) -> dict | None:
             "without GPUs pass --cpu (so the processes join through gloo instead of each scoring everything)"
         )
     image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
+    try:  # a resumable folder of this command's own: existing content is fine, the place rules still hold
+        check_output_directory(args.output_dir, inputs=[args.input], allow_existing=True)
+    except ValueError as error:
+        raise SystemExit(f"--output-dir: {error}") from None
     shard_dir = args.output_dir / "shards"
     shard_dir.mkdir(parents=True, exist_ok=True)
     check_manifest(args.output_dir, run_manifest(args), state.is_main_process)

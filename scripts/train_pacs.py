@@ -20,16 +20,18 @@ Examples:
 """
 
 import logging
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from modeling_pacs.loading import PRETRAINED_MODELS, load_model
 from modeling_pacs.model_card import render_model_card
 from modeling_pacs.modeling_pacs import PACSModel
+from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (
     RECIPES,
@@ -191,7 +193,24 @@ def main(argv: list[str] | None = None):
     lambda_t = recipe.lambda_t if model_args.lambda_t is None else model_args.lambda_t
     columns = required_columns(lambda_v != 0, lambda_t != 0)
 
+    for name, value in (("--lambda_v", lambda_v), ("--lambda_t", lambda_t)):
+        if not math.isfinite(value) or value < 0:
+            raise SystemExit(f"{name} must be a finite number >= 0, got {value}")
+    if data_args.early_stopping_steps < 1:
+        raise SystemExit(f"--early_stopping_steps must be >= 1, got {data_args.early_stopping_steps}")
+    try:
+        check_output_directory(
+            training_args.output_dir,
+            inputs=[data_args.karpathy_json, data_args.image_root, data_args.synthetic_data, data_args.dataset],
+            allow_existing=True,  # checkpoints of this run live there: --resume_from_checkpoint continues them
+        )
+    except ValueError as error:
+        raise SystemExit(f"--output_dir: {error}") from None
+
     train, validation = load_dataset_splits(data_args, columns)
+    # Seed before the model is built: the LoRA matrices are initialised randomly when the adapter is attached, and
+    # Trainer seeds only later, so two runs with the same --seed would otherwise start from different weights.
+    set_seed(training_args.seed)
     model = load_model(model_args.model_name_or_path)
     name = model_args.model_name_or_path
     if not (Path(name).is_dir() or name.startswith("tiny")):

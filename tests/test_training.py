@@ -507,3 +507,31 @@ def test_karpathy_json_with_synthetic_shards(workspace, tmp_path):
     assert train["synthetic_caption"] == ["generated 10", "generated 11"]
     assert train["image"] == [str(images / "real0.png"), str(images / "real1.png")]
     assert validation["caption"] == ["a blue thing"] and validation["row_index"] == [0]
+
+
+def test_same_seed_gives_the_same_trained_weights(workspace, tmp_path):
+    """Issue 10, defect 11: the seed is set before the LoRA matrices are initialised, so two runs of train_pacs.py
+    with one --seed end with the same adapter (same process and threads: compared within 1e-6), and another seed
+    gives other weights."""
+    import importlib.util
+
+    from safetensors.torch import load_file
+
+    spec = importlib.util.spec_from_file_location("train_pacs", REPO_ROOT / "scripts" / "train_pacs.py")
+    train_pacs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_pacs)
+
+    def train(name: str, seed: int) -> dict[str, torch.Tensor]:
+        train_pacs.main([
+            "--model_name_or_path", str(workspace["base"]), "--dataset", str(workspace["root"] / "data"),
+            "--output_dir", str(tmp_path / name), "--max_steps", "2", "--per_device_train_batch_size", "4",
+            "--learning_rate", "1e-2", "--report_to", "none", "--use_cpu", "--disable_tqdm", "true",
+            "--save_strategy", "no", "--seed", str(seed),
+        ])  # fmt: skip
+        return load_file(tmp_path / name / "model" / "adapter" / "adapter_model.safetensors")
+
+    first, second, other = train("first", 7), train("second", 7), train("other", 8)
+    assert sorted(first) == sorted(second) and len(first) > 0
+    for key in first:
+        torch.testing.assert_close(first[key], second[key], rtol=0, atol=1e-6)
+    assert max(float((first[key] - other[key]).abs().max()) for key in first) > 1e-3
