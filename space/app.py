@@ -42,6 +42,8 @@ TINY_CHOICE = "tiny (random weights)"
 HUB_CHOICES = {
     "ViT-B/32": ("clip_s_vit_b32", "pac_s_pp_vit_b32"),
     "ViT-L/14": ("clip_s_vit_l14", "pac_s_pp_vit_l14"),
+    # Polos is reference-based: its table shows Polos (and CLIP-S) once references are entered.
+    "Polos (ViT-B/32)": ("clip_s_vit_b32", "polos_vit_b32"),
 }
 TINY_CHOICES = {TINY_CHOICE: ("tiny:clip_s", "tiny")}
 # A local PAC-S++ model directory to offer first in the selector (a Space or a user serving their own model).

@@ -96,3 +96,11 @@ def test_space_scores_a_local_polos_model_with_references(engine, polos_dir, ima
     assert table["Polos"].is_monotonic_decreasing
     with pytest.raises(app.gr.Error, match="Polos is a reference-based metric: enter at least one reference"):
         app.score_request(app.ScoreRequest(image=image, captions=captions, references=[]), models)
+
+
+def test_space_offers_polos_as_a_hub_model_choice():
+    app = load_space_app()
+    assert app.HUB_CHOICES["Polos (ViT-B/32)"] == ("clip_s_vit_b32", "polos_vit_b32")
+    from modeling_pacs.loading import PRETRAINED_MODELS
+
+    assert PRETRAINED_MODELS["polos_vit_b32"] == "pacs-pp/polos-clip-vit-b32"
