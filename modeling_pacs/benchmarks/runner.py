@@ -122,14 +122,14 @@ def score_image_items(
 def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
     """Video benchmarks through `PACSModel.score_videos` (issue 11). Untested until that method lands."""
     check_positive("batch_size", batch_size)
+    missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} videos not found, first: {missing[0]} (expected under videos/)")
     if not hasattr(model, "score_videos"):
         raise RuntimeError(
             f"{benchmark.name} needs PACSModel.score_videos (video scoring), which this installation lacks; "
             "score the items with --dump-items and pass the result with --scores"
         )
-    missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
-    if missing:
-        raise FileNotFoundError(f"{len(missing)} videos not found, first: {missing[0]} (expected under videos/)")
     items = benchmark.items
     if benchmark.name == "activitynet_foil":
         return score_segments(model, items, benchmark.options.get("idf_corpus"), batch_size)
