@@ -13,6 +13,7 @@ from pathlib import Path
 from modeling_pacs.benchmarks import BENCHMARKS, BenchmarkOptions
 from modeling_pacs.benchmarks.harness import HarnessConfig, run
 from modeling_pacs.benchmarks.report import format_systems, format_table
+from modeling_pacs.benchmarks.systems import COCO_METRICS
 
 EPILOG = """
 examples:
@@ -57,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="system-level evaluation: a captioner's output (JSON/JSONL/CSV as pacs-score reads)",
     )
     parser.add_argument("--references", type=Path, help="--captions: JSON {image: [references]}")
+    parser.add_argument(
+        "--coco-metrics",
+        nargs="+",
+        choices=COCO_METRICS,
+        default=list(COCO_METRICS),
+        help="--captions: COCO caption metrics to compute when pycocoevalcap is installed",
+    )
     parser.add_argument("--image-root", type=Path, help="--captions: folder relative image paths start from")
     parser.add_argument("--output", type=Path, help="folder for results.json, results.md, plots and cached scores")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output folder")
@@ -151,6 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         scores=args.scores,
         captions=args.captions,
         references=args.references,
+        coco_metrics=args.coco_metrics,
         image_root=args.image_root,
         output=args.output,
         dump_items=args.dump_items,

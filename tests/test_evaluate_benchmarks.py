@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -263,13 +264,12 @@ def test_video_benchmark_with_scores_and_missing_videos_named(tmp_path, model_di
     assert rows[0]["statistics"]["kendall_tau_b"] == pytest.approx(100 * expected)
     assert rows[0]["paper"] == {"kendall_tau_b": 28.1, "spearman": 36.4}
     assert rows[1]["paper_name"] == "RefPAC-S++" and "kendall_tau_b_9ref" in rows[1]["statistics"]
-    with pytest.raises(
-        SystemExit, match=r"3 videos not found, first: .*videos/video0_000001_000011.mp4"
-    ):
+    with pytest.raises(SystemExit, match=r"3 videos not found, first: .*videos/video0_000001_000011.mp4"):
         run("--benchmark", "vatex_eval", "--data-dir", root, "--model", model_dir)
 
 
-def test_system_level_rows(tmp_path, model_dir, model):
+def test_system_level_rows(tmp_path, model_dir, model, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pycocoevalcap", None)  # as if not installed: a note, never a crash
     images = [f"im{i}.jpg" for i in range(3)]
     write_images(tmp_path, images)
     systems = {
@@ -299,4 +299,22 @@ def test_system_level_rows(tmp_path, model_dir, model):
         assert row["measures"][model_dir] == pytest.approx(expected.mean_score, abs=1e-6)
         assert row["measures"][f"Ref{model_dir}"] == pytest.approx(expected.mean_ref_score, abs=1e-6)
     assert rows[1]["measures"]["%Incorrect"] == pytest.approx(200 / 3)
-    assert any("pycocoevalcap" in note for note in results["systems"]["notes"]) or "CIDEr" in rows[0]["measures"]
+    assert results["systems"]["notes"] == [
+        "BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: pip install pycocoevalcap (and Java for METEOR/SPICE)"
+    ]
+    assert "CIDEr" not in rows[0]["measures"]
+
+
+def test_coco_caption_columns_when_pycocoevalcap_is_installed():
+    pytest.importorskip("pycocoevalcap", reason="optional: the COCO caption columns need pycocoevalcap")
+    from modeling_pacs.benchmarks.systems import coco_caption_metrics
+
+    items = [
+        {"caption": "a dog runs on the grass", "references": ["a dog runs on the grass", "a dog on grass"]},
+        {"caption": "a cat sleeps", "references": ["a cat sleeps", "a sleeping cat"]},
+    ]
+    measures, notes = coco_caption_metrics(items, ("Bleu_4", "ROUGE_L"))
+    if notes:  # no Java for the PTB tokenizer: the note says so
+        assert "PTB tokenizer failed" in notes[0] and measures == {}
+    else:  # every candidate is one of its references: BLEU-4 and ROUGE-L are 100
+        assert measures == pytest.approx({"Bleu_4": 100.0, "ROUGE_L": 100.0}, abs=1e-3)

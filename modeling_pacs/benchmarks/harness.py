@@ -14,6 +14,7 @@ from . import BENCHMARKS, load_benchmark
 from .data import Benchmark, BenchmarkOptions, checksum
 from .report import benchmark_rows, paper_name, write_reports
 from .runner import SCORE_COLUMNS, score_image_items, score_video_items
+from .systems import COCO_METRICS, evaluate_systems
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -28,6 +29,7 @@ class HarnessConfig:
     scores: list[str] = field(default_factory=list)  # "[NAME=]FILE"
     captions: list[str] = field(default_factory=list)  # "SYSTEM=FILE"
     references: Path | None = None
+    coco_metrics: list[str] = field(default_factory=lambda: list(COCO_METRICS))
     image_root: Path | None = None
     output: Path | None = None
     dump_items: Path | None = None
@@ -202,8 +204,6 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
         for row in rows:
             row.pop("item_scores")
     if config.captions:
-        from .systems import evaluate_systems
-
         results["systems"] = evaluate_systems(config, models)
     if config.output:
         write_reports(config.output, results, plots)

@@ -14,23 +14,35 @@ logger = logging.getLogger("pacs_pp.benchmarks")
 COCO_METRICS = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
 
 
-def coco_caption_metrics(items: list[dict]) -> tuple[dict[str, float], list[str]]:
-    """BLEU-4, METEOR, ROUGE-L, CIDEr, SPICE (x100) over the system's captions; notes for whatever could not run."""
+def coco_caption_metrics(
+    items: list[dict], metrics: tuple[str, ...] = COCO_METRICS
+) -> tuple[dict[str, float], list[str]]:
+    """BLEU-4, METEOR, ROUGE-L, CIDEr, SPICE (x100; the ones named in `metrics`) over the system's captions, and notes
+    for whatever could not run."""
     try:
         from pycocoevalcap.bleu.bleu import Bleu
         from pycocoevalcap.cider.cider import Cider
         from pycocoevalcap.meteor.meteor import Meteor
         from pycocoevalcap.rouge.rouge import Rouge
         from pycocoevalcap.spice.spice import Spice
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
     except ImportError:
         return {}, [
             "BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: pip install pycocoevalcap (and Java for METEOR/SPICE)"
         ]
-    references = {str(i): item["references"] for i, item in enumerate(items)}
-    candidates = {str(i): [item["caption"]] for i, item in enumerate(items)}
+    try:  # the COCO evaluation's own tokenisation (Stanford PTB tokenizer, Java)
+        tokenizer = PTBTokenizer()
+        references = tokenizer.tokenize(
+            {i: [{"caption": r} for r in item["references"]] for i, item in enumerate(items)}
+        )
+        candidates = tokenizer.tokenize({i: [{"caption": item["caption"]}] for i, item in enumerate(items)})
+    except Exception as error:  # no Java, or it failed: the columns are left out, never a crash
+        return {}, [f"BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: PTB tokenizer failed ({error})"]
     measures, notes = {}, []
-    for name, scorer in (("Bleu_4", Bleu), ("METEOR", Meteor), ("ROUGE_L", Rouge), ("CIDEr", Cider), ("SPICE", Spice)):
+    scorers = {"Bleu_4": Bleu, "METEOR": Meteor, "ROUGE_L": Rouge, "CIDEr": Cider, "SPICE": Spice}
+    for name in metrics:
         try:
+            scorer = scorers[name]
             value, _ = scorer().compute_score(references, candidates)
         except Exception as error:  # METEOR/SPICE start a Java process: any failure drops that column only
             notes.append(f"{name} column absent: {type(error).__name__}: {error}")
@@ -70,7 +82,7 @@ def evaluate_systems(config, models: dict) -> dict:
         measures.update({f"Rep-{n}": grammar[f"rep_{n}"] for n in range(1, 5)})
         measures["%Incorrect"] = grammar["incorrect"]
         if has_references:
-            coco, coco_notes = coco_caption_metrics(items)
+            coco, coco_notes = coco_caption_metrics(items, tuple(config.coco_metrics))
             measures.update(coco)
             notes += [note for note in coco_notes if note not in notes]
         else:
