@@ -4,6 +4,7 @@ written out by hand from the official code's rules."""
 import pickle
 import random
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -312,3 +313,64 @@ def test_activitynet_foil_segments_references_and_alignment(tmp_path, caplog):
     assert benchmark.evaluate(scores) == {"accuracy": 50.0}
     with pytest.raises(ValueError, match="no score for item 'activitynet_foil/v2/foil/0'"):
         benchmark.evaluate({k: v for k, v in scores.items() if k != "activitynet_foil/v2/foil/0"})
+
+
+def test_hugging_face_parquet_and_save_to_disk_copies(tmp_path, monkeypatch):
+    import io
+
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.helpers import random_image
+
+    monkeypatch.setenv("PACS_PP_CACHE", str(tmp_path / "cache"))
+    encoded = []
+    for seed in range(2):
+        buffer = io.BytesIO()
+        random_image(seed, (24, 16)).save(buffer, format="PNG")
+        encoded.append(buffer.getvalue())
+    # Polaris-style parquet (CaptionEvalKit columns: refs, cand, img, human_score), refs as a list.
+    (tmp_path / "polaris" / "data").mkdir(parents=True)
+    table = pa.table(
+        {
+            "cand": ["a dog", "a cat"],
+            "refs": [["a dog runs", "a puppy"], ["a cat sits"]],
+            "img": [{"bytes": encoded[0], "path": "p0.png"}, {"bytes": encoded[1], "path": "p1.png"}],
+            "human_score": [0.25, 0.75],
+        }
+    )
+    pq.write_table(table, tmp_path / "polaris" / "data" / "test-00000-of-00001.parquet")
+    polaris = load_benchmark("polaris", tmp_path / "polaris")
+    assert [item["candidate"] for item in polaris.items] == ["a dog", "a cat"]
+    assert [item["references"] for item in polaris.items] == [["a dog runs", "a puppy"], ["a cat sits"]]
+    assert [item["human"] for item in polaris.items] == [0.25, 0.75]
+    assert [Path(item["image"]).read_bytes() for item in polaris.items] == encoded
+    assert "Hugging Face copy" in polaris.protocol["source"] and polaris.files[0].suffix == ".parquet"
+    # Nebula-style save_to_disk (file_name, image, refs as a Python literal string, mt, human_score).
+    features = datasets.Features(
+        {
+            "file_name": datasets.Value("string"),
+            "image": datasets.Image(),
+            "refs": datasets.Value("string"),
+            "mt": datasets.Value("string"),
+            "human_score": datasets.Value("float64"),
+        }
+    )
+    rows = {
+        "file_name": ["n0.png", "n1.png"],
+        "image": [{"bytes": encoded[1], "path": None}, {"bytes": encoded[0], "path": None}],
+        "refs": ["['two birds', 'birds on a wire']", "['a train']"],
+        "mt": ["birds", "a bus"],
+        "human_score": [3.0, 1.0],
+    }
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict(rows, features=features)}).save_to_disk(
+        str(tmp_path / "nebula")
+    )
+    nebula = load_benchmark("nebula", tmp_path / "nebula")
+    assert [item["references"] for item in nebula.items] == [["two birds", "birds on a wire"], ["a train"]]
+    assert Path(nebula.items[0]["image"]).name == "000000_n0.png"
+    assert Path(nebula.items[0]["image"]).read_bytes() == encoded[1]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BenchmarkDataError, match=r"nebula_test.csv: file not found"):
+        load_benchmark("nebula", tmp_path / "empty")

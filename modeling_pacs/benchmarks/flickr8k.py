@@ -21,6 +21,7 @@ from .data import (
     require_file,
     scores_for,
 )
+from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import kendall_tau
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -130,12 +131,40 @@ def kendall_report(items: list[dict]):
     return evaluate
 
 
+def items_from_hf(name: str, data_dir: Path, crowdflower: bool) -> Benchmark:
+    """A local copy of `yuwd/Flickr8k-HumanEval` (one row per judgement, as the JSON's items)."""
+    rows, location = read_hf_rows(data_dir, name)
+    items = [
+        {
+            "id": f"{name}/{number}",
+            "image": row["imgid"],
+            "candidate": normalise_spaces(row["mt"]),
+            "references": [normalise_spaces(reference) for reference in row["refs"]],
+            "human": row["score"],
+        }
+        for number, row in enumerate(rows)
+        if not math.isnan(row["score"])
+    ]
+    expected_rows = 47830 if crowdflower else 16992
+    if len(rows) != expected_rows:
+        logger.warning("%s: the Hugging Face copy has %d rows, the original %d", name, len(rows), expected_rows)
+    protocol = {
+        "source": f"Hugging Face copy at {location} (third-party mirror, {len(rows)} rows)",
+        "items": "one per row, NaN ratings skipped",
+        "statistic": "100 x Kendall tau_b and tau_c over all items, unrounded",
+    }
+    return Benchmark(name, items, hf_files(location), protocol, kendall_report(items), human_field="human")
+
+
 def load_flickr8k(data_dir: Path, crowdflower: bool) -> Benchmark:
     benchmark = CROWDFLOWER if crowdflower else EXPERT
     json_name = "crowdflower_flickr8k.json" if crowdflower else "flickr8k.json"
     raw_name = "CrowdFlowerAnnotations.txt" if crowdflower else "ExpertAnnotations.txt"
     layout = JSON_LAYOUT.format(name=json_name, raw=raw_name)
     json_path = data_dir / json_name
+    name = "flickr8k_cf" if crowdflower else "flickr8k_expert"
+    if not json_path.is_file() and not (data_dir / raw_name).is_file() and find_hf_copy(data_dir) is not None:
+        return items_from_hf(name, data_dir, crowdflower)
     if json_path.is_file() or not (data_dir / raw_name).is_file():
         index = read_json(json_path, layout, benchmark)
         if not isinstance(index, dict):
@@ -145,7 +174,6 @@ def load_flickr8k(data_dir: Path, crowdflower: bool) -> Benchmark:
         index = build_crowdflower_json(data_dir) if crowdflower else build_expert_json(data_dir)
         files = [require_file(data_dir / "Flickr8k.token.txt", TOKEN_LAYOUT, benchmark), data_dir / raw_name]
         source = f"Flickr8k.token.txt + {raw_name}, rebuilt as clipscore's download.py"
-    name = "flickr8k_cf" if crowdflower else "flickr8k_expert"
     items = items_from_json(name, index, data_dir, json_path, benchmark, layout)
     headline = "kendall_tau_b" if crowdflower else "kendall_tau_c"
     protocol = {

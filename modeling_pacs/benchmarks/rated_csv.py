@@ -8,6 +8,7 @@ Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official cod
 from pathlib import Path
 
 from .data import Benchmark, BenchmarkOptions, first_existing, read_rated_csv, scores_for
+from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import kendall_tau, official_round, pearson, remove_true_caption, spearman
 
 # name -> (title, CSV file names tried in order, image folders relative to the data directory, headline statistic)
@@ -30,7 +31,11 @@ def load_rated_csv(
     CLIPScore/PAC-S++ Composite protocol, [paper-derived]; the official DENEB code uses the references as listed)."""
     title, file_names, image_folders, headline = RATED_CSV_BENCHMARKS[name]
     path = next((data_dir / file for file in file_names if (data_dir / file).is_file()), data_dir / file_names[0])
-    rows = read_rated_csv(path, title)
+    if not path.is_file() and find_hf_copy(data_dir) is not None:
+        rows, location = read_hf_rows(data_dir, name)
+        files, source = hf_files(location), f"Hugging Face copy at {location}"
+    else:
+        rows, files, source = read_rated_csv(path, title), [path], path.name
     image_dir = first_existing([(data_dir / folder).resolve() for folder in image_folders])
     items = []
     for row_number, row in enumerate(rows):
@@ -59,7 +64,7 @@ def load_rated_csv(
         return statistics
 
     protocol = {
-        "source": path.name,
+        "source": source,
         "items": "one per CSV row, file order, references as listed (Polos/DENEB validate/dataset.py)",
         "references": "candidate removed from its references (paper)" if remove_candidate else "as listed (official)",
         "statistic": f"100 x Kendall tau_b/tau_c, Spearman, Pearson; headline {headline}; "
@@ -67,7 +72,7 @@ def load_rated_csv(
     }
     if name == "nebula":
         protocol["annotations"] = "as in the CSV given (DENEB's release is uncorrected; Pearl's numbers use Spica)"
-    return Benchmark(name, items, [path], protocol, evaluate, human_field="human")
+    return Benchmark(name, items, files, protocol, evaluate, human_field="human")
 
 
 def load_composite(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
