@@ -318,3 +318,16 @@ def test_coco_caption_columns_when_pycocoevalcap_is_installed():
         assert "PTB tokenizer failed" in notes[0] and measures == {}
     else:  # every candidate is one of its references: BLEU-4 and ROUGE-L are 100
         assert measures == pytest.approx({"Bleu_4": 100.0, "ROUGE_L": 100.0}, abs=1e-3)
+
+
+def test_benchmark_all_runs_every_present_folder(tmp_path, caplog):
+    write_pascal50s(tmp_path / "data" / "pascal50s")
+    write_vatex_eval(tmp_path / "data" / "vatex_eval")
+    dump = tmp_path / "items.jsonl"
+    run("--benchmark", "all", "--data-dir", tmp_path / "data", "--dump-items", dump)
+    lines = [json.loads(line) for line in dump.read_text().splitlines()]
+    assert [line["benchmark"] for line in lines] == ["pascal50s"] * 8 + ["vatex_eval"] * 12
+    assert "video" in lines[-1] and "image" not in lines[-1]
+    assert "no folder for activitynet_foil, composite, flickr8k_cf" in caplog.text
+    with pytest.raises(SystemExit, match="no benchmark folder found"):
+        run("--benchmark", "all", "--data-dir", tmp_path, "--dump-items", dump)
