@@ -93,6 +93,11 @@ def test_missing_and_malformed_flickr_files_name_the_file_layout_and_docs(tmp_pa
     (tmp_path / "bad" / "flickr8k.json").write_text("{not json")
     with pytest.raises(BenchmarkDataError, match="flickr8k.json: not valid JSON"):
         load_benchmark("flickr8k_expert", tmp_path / "bad")
+    (tmp_path / "bad" / "flickr8k.json").write_text(
+        '{"img1": {"image_path": "a.jpg", "ground_truth": ["r"], "human_judgement": [{"caption": "c"}]}}'
+    )
+    with pytest.raises(BenchmarkDataError, match="flickr8k.json: 'img1' judgement 0 lacks caption or rating"):
+        load_benchmark("flickr8k_expert", tmp_path / "bad")
     with pytest.raises(BenchmarkDataError, match="data directory not found"):
         load_benchmark("flickr8k_cf", tmp_path / "absent")
 

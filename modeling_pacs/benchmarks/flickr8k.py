@@ -14,7 +14,6 @@ from .data import (
     Benchmark,
     BenchmarkOptions,
     data_error,
-    first_existing,
     normalise_spaces,
     read_json,
     read_tab_lines,
@@ -94,15 +93,19 @@ def build_crowdflower_json(data_dir: Path) -> dict:
 
 def items_from_json(name: str, index: dict, data_dir: Path, json_path: Path, benchmark: str, layout: str) -> list[dict]:
     """pacscore `data/dataset.py:19-30`: one item per judgement in file order; NaN ratings skipped."""
-    image_dir = first_existing([data_dir / "images", data_dir])
+    images_folder = data_dir / "images"  # pacscore's layout; else clipscore's paths relative to the data folder
     items, skipped = [], 0
     for image_id, entry in index.items():
         try:
             image_path, references, judgements = entry["image_path"], entry["ground_truth"], entry["human_judgement"]
         except (KeyError, TypeError) as error:
             raise data_error(json_path, f"entry {image_id!r} lacks {error}", layout, benchmark) from error
-        image = image_dir / Path(image_path).name if image_dir.name == "images" else data_dir / image_path
+        image = images_folder / Path(image_path).name if images_folder.is_dir() else data_dir / image_path
         for position, judgement in enumerate(judgements):
+            if not isinstance(judgement, dict) or not {"caption", "rating"} <= set(judgement):
+                raise data_error(
+                    json_path, f"{image_id!r} judgement {position} lacks caption or rating", layout, benchmark
+                )
             rating = float(judgement["rating"])
             if math.isnan(rating):
                 skipped += 1

@@ -192,7 +192,7 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
             "rows": benchmark_rows(benchmark.name, rows),
         }
         results["benchmarks"][benchmark.name] = result
-        if benchmark.human_field:
+        if benchmark.human_field and rows:
             plots[benchmark.name] = [
                 (
                     f"{row['name']}:{row['column']}",
