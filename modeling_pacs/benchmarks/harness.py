@@ -173,7 +173,13 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                     config.progress,
                 )
             seconds = time.perf_counter() - started
-            run_record = {"benchmark": benchmark.name, "model": name, "items": len(benchmark.items), "seconds": seconds}
+            run_record = {
+                "benchmark": benchmark.name,
+                "model": name,
+                "items": len(benchmark.items),
+                "seconds": seconds,
+                "items_per_second": len(benchmark.items) / seconds if seconds > 0 else None,
+            }
             if counts is not None:
                 run_record.update(
                     image_encodings=counts.images, text_encodings=counts.texts, **naive_encodings(benchmark)
@@ -193,14 +199,12 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
         }
         results["benchmarks"][benchmark.name] = result
         if benchmark.human_field and rows:
-            plots[benchmark.name] = [
-                (
-                    f"{row['name']}:{row['column']}",
-                    [item[benchmark.human_field] for item in benchmark.items],
-                    [row["item_scores"][item["id"]] for item in benchmark.items],
-                )
-                for row in rows
-            ]
+            plots[benchmark.name] = []
+            for row in rows:
+                scored = [item for item in benchmark.items if item["id"] in row["item_scores"]]
+                human = [item[benchmark.human_field] for item in scored]
+                metric = [row["item_scores"][item["id"]] for item in scored]
+                plots[benchmark.name].append((f"{row['name']}:{row['column']}", human, metric))
         for row in rows:
             row.pop("item_scores")
     if config.captions:
