@@ -125,7 +125,8 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     )
     assert (output / "plot_flickr8k_cf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "## Flickr8k-CF" in (output / "results.md").read_text()
-    assert "== Flickr8k-CF ==" in capsys.readouterr().out
+    console = capsys.readouterr().out
+    assert "== Flickr8k-CF ==" in console and f"{model_dir}:ref_score w=2.5 float32" in console
 
     # Resume: every chunk is cached, so nothing is encoded again and the table is the same.
     resumed = run(

@@ -5,6 +5,7 @@ pair gives two items (caption A and caption B). References: all 48 (official cod
 `per_draw` references sampled from the 48 (the papers' protocol, [paper-derived]: draws and seed are reported).
 """
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,8 @@ from .protocols import (
     pascal_predictions,
     sample_reference_draws,
 )
+
+logger = logging.getLogger("pacs_pp.benchmarks")
 
 TITLE = "Pascal-50S"
 CATEGORIES = {1: "HC", 2: "HI", 3: "HM", 4: "MM"}
@@ -57,6 +60,9 @@ def check_categories(path: Path, categories: np.ndarray, codes: np.ndarray):
     bad = np.flatnonzero(derived != categories)
     if bad.size:
         raise data_error(path, f"pair {int(bad[0])}: category disagrees with new_data", PAIR_LAYOUT, TITLE)
+    counts = {name: int((categories == code).sum()) for code, name in CATEGORIES.items()}
+    if set(counts.values()) != {1000}:
+        logger.warning("%s: %s pairs per category (the release has 1,000 of each)", path, counts)
 
 
 def load(data_dir: Path, options: BenchmarkOptions) -> Benchmark:

@@ -170,7 +170,8 @@ def _cell(row: dict, stat: str) -> str:
 
 def _label(row: dict) -> str:
     known = row["paper_name"] if row["paper"] else None
-    return f"{row['name']}:{row['column']}" + (f" [{known}]" if known else "")
+    label = f"{row['name']}:{row['column']}" + (f" [{known}]" if known else "")
+    return label + (f" w={row['w']:g} {row['dtype']}" if "w" in row else "")
 
 
 def format_table(result: dict, markdown: bool = False) -> str:
