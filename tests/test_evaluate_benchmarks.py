@@ -145,6 +145,27 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     )
     assert resumed["runs"][0]["image_encodings"] == 0 and resumed["runs"][0]["text_encodings"] == 0
     assert resumed["benchmarks"]["flickr8k_cf"]["rows"][0]["statistics"] == table["rows"][0]["statistics"]
+    # An interrupted run: one chunk missing. Only its 10 items (images 1, 2 and 3) are scored again.
+    before = cached_scores(output, "flickr8k_cf", model_dir)
+    (output / "cache" / "flickr8k_cf" / model_dir.replace("/", "--") / "chunk_00001.jsonl").unlink()
+    partial = run(
+        "--benchmark",
+        "flickr8k_cf",
+        "--data-dir",
+        crowdflower_dir,
+        "--model",
+        model_dir,
+        "--output",
+        output,
+        "--chunk-size",
+        10,
+        "--resume",
+        "--quiet",
+    )
+    assert partial["runs"][0]["image_encodings"] == 3
+    after = cached_scores(output, "flickr8k_cf", model_dir)
+    assert [row["id"] for row in after] == [row["id"] for row in before]  # nothing lost, nothing twice
+    assert_scores_close([row["score"] for row in after], [row["score"] for row in before])
     with pytest.raises(SystemExit, match="is not empty: pass --resume"):
         run("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output", output)
     with pytest.raises(SystemExit, match="cached scores belong to other items or another chunk size"):
