@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
     ):
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.pascal_seed < 0:
+        raise SystemExit(f"--pascal-seed must be >= 0, got {args.pascal_seed}")
     options = BenchmarkOptions(
         official_rounding=args.official_rounding,
         composite_remove_candidate=args.composite_remove_candidate,
