@@ -36,6 +36,7 @@ setup(
     extras_require={
         "train": ["datasets>=3.0", "accelerate>=1.0", "scipy"],
         "video": ["av>=12"],
+        "benchmarks": ["scipy", "matplotlib"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },

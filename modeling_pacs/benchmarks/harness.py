@@ -1,0 +1,240 @@
+"""Run benchmarks end to end: load the original files, score them with models or read external scores, apply the
+protocols and collect the report (what `scripts/evaluate_benchmarks.py` calls)."""
+
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..cli import write_atomically
+from . import BENCHMARKS, load_benchmark
+from .data import Benchmark, BenchmarkOptions, checksum
+from .report import benchmark_rows, paper_name, write_reports
+from .runner import SCORE_COLUMNS, score_image_items, score_video_items
+from .systems import COCO_METRICS, evaluate_systems
+
+logger = logging.getLogger("pacs_pp.benchmarks")
+
+
+@dataclass
+class HarnessConfig:
+    """Everything a run needs besides the benchmark options; numeric fields are validated in `check`."""
+
+    benchmarks: list[str]
+    data_dir: Path
+    models: list[str] = field(default_factory=list)
+    scores: list[str] = field(default_factory=list)  # "[NAME=]FILE"
+    captions: list[str] = field(default_factory=list)  # "SYSTEM=FILE"
+    references: Path | None = None
+    coco_metrics: list[str] = field(default_factory=lambda: list(COCO_METRICS))
+    image_root: Path | None = None
+    output: Path | None = None
+    dump_items: Path | None = None
+    w: float | None = None
+    device: str | None = None
+    dtype: str | None = None
+    image_batch_size: int = 64
+    text_batch_size: int = 256
+    video_batch_size: int = 16
+    chunk_size: int = 16384
+    overwrite: bool = False
+    resume: bool = False
+    progress: bool | None = None
+
+    def check(self):
+        for name in ("image_batch_size", "text_batch_size", "video_batch_size", "chunk_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.w is not None and not (math.isfinite(self.w) and self.w > 0):
+            raise ValueError(f"--w must be a finite number > 0, got {self.w}")
+        if not (self.models or self.scores or self.dump_items or self.captions):
+            raise ValueError("nothing to do: pass --model, --scores, --dump-items or --captions")
+
+
+def parse_named(value: str, what: str) -> tuple[str, Path]:
+    name, separator, path = value.partition("=")
+    if not separator:
+        if what == "--captions":
+            raise ValueError(f"--captions takes SYSTEM=FILE, got {value!r}")
+        return Path(value).stem, Path(value)
+    if not name or not path:
+        raise ValueError(f"{what} takes NAME=FILE, got {value!r}")
+    return name, Path(path)
+
+
+def read_scores(path: Path) -> dict[str, dict[str, float]]:
+    """A JSONL file of `{"id", "score"[, "ref_score"]}`: scores by column and id; bad lines are named."""
+    if not path.is_file():
+        raise FileNotFoundError(f'{path}: scores file not found (JSONL lines {{"id": ..., "score": ...}})')
+    columns: dict[str, dict[str, float]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str) or "score" not in row:
+            raise ValueError(f'{path}:{number}: each line needs "id" (a string) and "score"')
+        for column in SCORE_COLUMNS:
+            if column not in row:
+                continue
+            value = row[column]
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ValueError(f"{path}:{number}: {column} of '{row['id']}' is {value!r}, not a finite number")
+            if row["id"] in columns.setdefault(column, {}):
+                raise ValueError(f"{path}:{number}: id '{row['id']}' appears twice")
+            columns[column][row["id"]] = float(value)
+    return columns
+
+
+def prepare_output(config: HarnessConfig):
+    output = config.output
+    if output is None:
+        return
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"--output {output} is a file: pass a folder")
+    if output.is_dir() and any(output.iterdir()) and not config.resume:
+        if not config.overwrite:
+            raise ValueError(
+                f"--output {output} is not empty: pass --resume to reuse its cached scores, or --overwrite to "
+                "replace it"
+            )
+        shutil.rmtree(output)
+    output.mkdir(parents=True, exist_ok=True)
+
+
+def benchmark_data_dirs(config: HarnessConfig) -> list[tuple[str, Path]]:
+    """`all` looks for one sub-folder per benchmark name and skips the absent ones."""
+    if config.benchmarks != ["all"]:
+        return [(name, config.data_dir) for name in config.benchmarks]
+    present = [(name, config.data_dir / name) for name in BENCHMARKS if (config.data_dir / name).is_dir()]
+    if not present:
+        raise FileNotFoundError(
+            f"{config.data_dir}: no benchmark folder found (expected sub-folders named {sorted(BENCHMARKS)})"
+        )
+    skipped = sorted(set(BENCHMARKS) - {name for name, _ in present})
+    if skipped:
+        logger.warning("--benchmark all: no folder for %s, skipped", ", ".join(skipped))
+    return present
+
+
+def dump_items(path: Path, benchmarks: list[Benchmark]):
+    """One JSON line per scored caption, `benchmark` added, for external metrics."""
+
+    def lines():
+        for benchmark in benchmarks:
+            for item in benchmark.items:
+                yield json.dumps({**item, "benchmark": benchmark.name}, ensure_ascii=False) + "\n"
+
+    write_atomically(path, lines())
+
+
+def model_label(name: str) -> str:
+    return name.replace("/", "--").replace(":", "-")
+
+
+def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
+    """Load, score, evaluate and write the reports; returns the results (`report.format_table` prints them)."""
+    from ..loading import load_model
+
+    config.check()
+    prepare_output(config)
+    benchmarks = [load_benchmark(name, data_dir, options) for name, data_dir in benchmark_data_dirs(config)]
+    if config.dump_items:
+        dump_items(config.dump_items, benchmarks)
+    external = [(name, path, read_scores(path)) for name, path in (parse_named(s, "--scores") for s in config.scores)]
+    models = {}
+    for name in config.models:
+        models[name] = load_model(name, device=config.device, dtype=config.dtype)
+        if config.w is not None:
+            models[name].config.w = config.w
+    results = {"benchmarks": {}, "runs": [], "options": asdict(options)}
+    plots = {}
+    for benchmark in benchmarks:
+        rows = []
+        for name, model in models.items():
+            started = time.perf_counter()
+            if benchmark.modality == "video":
+                columns, counts = score_video_items(model, benchmark, config.video_batch_size), None
+            else:
+                cache = config.output / "cache" / benchmark.name / model_label(name) if config.output else None
+                columns, counts = score_image_items(
+                    model,
+                    benchmark.items,
+                    cache,
+                    config.chunk_size,
+                    config.image_batch_size,
+                    config.text_batch_size,
+                    config.progress,
+                )
+            seconds = time.perf_counter() - started
+            run_record = {
+                "benchmark": benchmark.name,
+                "model": name,
+                "items": len(benchmark.items),
+                "seconds": seconds,
+                "items_per_second": len(benchmark.items) / seconds if seconds > 0 else None,
+            }
+            if counts is not None:
+                run_record.update(
+                    image_encodings=counts.images, text_encodings=counts.texts, **naive_encodings(benchmark)
+                )
+            results["runs"].append(run_record)
+            meta = {"source": "model", "w": model.config.w, "dtype": str(model.dtype).replace("torch.", "")}
+            rows += evaluate_columns(benchmark, name, columns, meta)
+        for name, path, columns in external:
+            rows += evaluate_columns(benchmark, name, columns, {"source": str(path), "sha256": checksum(path)})
+        title = BENCHMARKS[benchmark.name][0]
+        result = {
+            "title": title,
+            "protocol": benchmark.protocol,
+            "num_items": len(benchmark.items),
+            "files": {path.name: checksum(path) for path in benchmark.files},
+            "rows": benchmark_rows(benchmark.name, rows),
+        }
+        results["benchmarks"][benchmark.name] = result
+        if benchmark.human_field and rows:
+            plots[benchmark.name] = []
+            for row in rows:
+                scored = [item for item in benchmark.items if item["id"] in row["item_scores"]]
+                human = [item[benchmark.human_field] for item in scored]
+                metric = [row["item_scores"][item["id"]] for item in scored]
+                plots[benchmark.name].append((f"{row['name']}:{row['column']}", human, metric))
+        for row in rows:
+            row.pop("item_scores")
+    if config.captions:
+        results["systems"] = evaluate_systems(config, models)
+    if config.output:
+        write_reports(config.output, results, plots)
+    return results
+
+
+def naive_encodings(benchmark: Benchmark) -> dict[str, int]:
+    """What scoring item by item would encode: one image per item, its candidate and every reference."""
+    return {
+        "naive_image_encodings": len(benchmark.items),
+        "naive_text_encodings": sum(1 + len(item["references"]) for item in benchmark.items),
+    }
+
+
+def evaluate_columns(benchmark: Benchmark, name: str, columns: dict[str, dict[str, float]], meta: dict) -> list[dict]:
+    rows = []
+    for column in SCORE_COLUMNS:
+        if column not in columns:
+            continue
+        rows.append(
+            {
+                "name": name,
+                "column": column,
+                "paper_name": paper_name(name, column),
+                "statistics": benchmark.evaluate(columns[column], column),
+                "item_scores": columns[column],
+                **meta,
+            }
+        )
+    return rows

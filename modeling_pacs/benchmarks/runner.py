@@ -1,0 +1,185 @@
+"""Scoring benchmark items with a model: one engine call per chunk, images deduplicated across the benchmark, and
+per-chunk scores cached atomically so an interrupted run resumes where it stopped.
+
+Items are ordered by image before chunking, so an image is encoded once per chunk it appears in (once overall unless
+a chunk boundary splits its items). The cache is deliberately small and self-contained: it is the one place to switch
+to the shared job engine.
+"""
+
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from ..cli import write_atomically
+from .data import Benchmark
+
+logger = logging.getLogger("pacs_pp.benchmarks")
+
+SCORE_COLUMNS = ("score", "ref_score")
+
+
+@dataclass
+class EncodingCounts:
+    """How many images and texts the encoders actually ran on (after deduplication)."""
+
+    images: int = 0
+    texts: int = 0
+
+
+@contextlib.contextmanager
+def count_encodings(model) -> Iterator[EncodingCounts]:
+    """Count the inputs of `model.encode_images` / `model.encode_texts` while the block runs."""
+    counts = EncodingCounts()
+    encode_images, encode_texts = model.encode_images, model.encode_texts
+
+    def counting_images(images, *args, **kwargs):
+        counts.images += len(images)
+        return encode_images(images, *args, **kwargs)
+
+    def counting_texts(captions, *args, **kwargs):
+        counts.texts += len(captions)
+        return encode_texts(captions, *args, **kwargs)
+
+    model.__dict__["encode_images"], model.__dict__["encode_texts"] = counting_images, counting_texts
+    try:
+        yield counts
+    finally:
+        del model.__dict__["encode_images"], model.__dict__["encode_texts"]
+
+
+def check_positive(name: str, value: int):
+    if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def items_fingerprint(items: list[dict]) -> str:
+    digest = hashlib.sha256()
+    for item in items:
+        digest.update(json.dumps([item["id"], item["candidate"], item["references"]]).encode())
+    return digest.hexdigest()
+
+
+def score_image_items(
+    model,
+    items: list[dict],
+    cache_dir: Path | None = None,
+    chunk_size: int = 16384,
+    image_batch_size: int = 64,
+    text_batch_size: int = 256,
+    progress: bool | None = None,
+) -> tuple[dict[str, dict[str, float]], EncodingCounts]:
+    """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none)."""
+    for name, value in (("chunk_size", chunk_size), ("image_batch_size", image_batch_size)):
+        check_positive(name, value)
+    check_positive("text_batch_size", text_batch_size)
+    ordered = sorted(items, key=lambda item: item["image"])  # stable: file order within an image
+    if cache_dir is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        manifest = {"fingerprint": items_fingerprint(ordered), "chunk_size": chunk_size}
+        manifest_path = cache_dir / "manifest.json"
+        if manifest_path.is_file() and json.loads(manifest_path.read_text()) != manifest:
+            raise ValueError(
+                f"{cache_dir}: cached scores belong to other items or another chunk size; remove the folder or "
+                "pass --overwrite to start again"
+            )
+        write_atomically(manifest_path, [json.dumps(manifest)])
+    scores = {column: {} for column in SCORE_COLUMNS}
+    starts = range(0, len(ordered), chunk_size)
+    with count_encodings(model) as counts:
+        show = progress if progress is not None else len(starts) > 1
+        for number, start in enumerate(tqdm(starts, desc="scoring chunks", unit="chunk", disable=not show)):
+            chunk = ordered[start : start + chunk_size]
+            path = cache_dir / f"chunk_{number:05d}.jsonl" if cache_dir is not None else None
+            if path is not None and path.is_file():
+                rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+            else:
+                output = model.score(
+                    [item["image"] for item in chunk],
+                    [item["candidate"] for item in chunk],
+                    [item["references"] for item in chunk],
+                    image_batch_size=image_batch_size,
+                    text_batch_size=text_batch_size,
+                    progress=progress,
+                )
+                rows = [
+                    {"id": item["id"], "score": float(score), "ref_score": float(ref_score)}
+                    for item, score, ref_score in zip(chunk, output.scores, output.ref_scores)
+                ]
+                if path is not None:
+                    write_atomically(path, (json.dumps(row) + "\n" for row in rows))
+            for row in rows:
+                for column in SCORE_COLUMNS:
+                    scores[column][row["id"]] = row[column]
+    return scores, counts
+
+
+def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
+    """Video benchmarks through `PACSModel.score_videos` (issue 11). Untested until that method lands."""
+    check_positive("batch_size", batch_size)
+    missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} videos not found, first: {missing[0]} (expected under videos/)")
+    if not hasattr(model, "score_videos"):
+        raise RuntimeError(
+            f"{benchmark.name} needs PACSModel.score_videos (video scoring), which this installation lacks; "
+            "score the items with --dump-items and pass the result with --scores"
+        )
+    items = benchmark.items
+    if benchmark.name == "activitynet_foil":
+        return score_segments(model, items, benchmark.options.get("idf_corpus"), batch_size)
+    output = model.score_videos(
+        [item["video"] for item in items],
+        [item["candidate"] for item in items],
+        [item["references"] for item in items],
+        num_frames=benchmark.options.get("num_frames"),
+        idf=benchmark.options.get("idf_corpus") or True,
+        batch_size=batch_size,
+    )
+    return {
+        "score": {item["id"]: float(value) for item, value in zip(items, output.video_scores)},
+        "ref_score": {item["id"]: float(value) for item, value in zip(items, output.scores)},
+    }
+
+
+def score_segments(
+    model, items: list[dict], idf_corpus: list[str] | None, batch_size: int
+) -> dict[str, dict[str, float]]:
+    """ActivityNet-FOIL: every frame of a video encoded once, each sentence scored on its segment's slice."""
+    import av  # optional dependency: extra "video"
+    import torch
+
+    from .protocols import segment_frames
+
+    frames_by_video = {}
+    for video in sorted({item["video"] for item in items}):
+        with av.open(video) as container:
+            frames = [frame.to_image() for frame in container.decode(video=0)]
+        frames_by_video[video] = model.encode_images(frames, batch_size)
+    segments, empty = [], 0
+    for item in items:
+        embeds = frames_by_video[item["video"]]
+        window = segment_frames(item["segment"], len(embeds), item["duration"])
+        segment = embeds[window]
+        if len(segment) == 0:  # a segment shorter than one frame: its nearest frame stands in (logged)
+            empty += 1
+            segment = embeds[min(window.start, len(embeds) - 1)].unsqueeze(0)
+        segments.append(torch.as_tensor(segment))
+    if empty:
+        logger.warning("%d segments are shorter than one frame: each is scored on its nearest frame", empty)
+    output = model.score_videos(
+        segments,
+        [item["candidate"] for item in items],
+        [item["references"] for item in items],
+        idf=idf_corpus or True,
+        batch_size=batch_size,
+    )
+    return {
+        "score": {item["id"]: float(value) for item, value in zip(items, output.video_scores)},
+        "ref_score": {item["id"]: float(value) for item, value in zip(items, output.scores)},
+    }

@@ -1,0 +1,91 @@
+"""System-level evaluation: several captioners' outputs on one image set, one row per system (PAC-S++ Table 6
+layout): each model's mean reference-free and reference-based score, the grammar measures, and the COCO caption
+metrics when `pycocoevalcap` is installed (METEOR and SPICE also need Java)."""
+
+import logging
+from pathlib import Path
+
+from ..cli import attach_references, read_items
+from .grammar import grammar_measures
+from .report import PAPER_NAMES
+
+logger = logging.getLogger("pacs_pp.benchmarks")
+
+COCO_METRICS = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
+
+
+def coco_caption_metrics(
+    items: list[dict], metrics: tuple[str, ...] = COCO_METRICS
+) -> tuple[dict[str, float], list[str]]:
+    """BLEU-4, METEOR, ROUGE-L, CIDEr, SPICE (x100; the ones named in `metrics`) over the system's captions, and notes
+    for whatever could not run."""
+    try:
+        from pycocoevalcap.bleu.bleu import Bleu
+        from pycocoevalcap.cider.cider import Cider
+        from pycocoevalcap.meteor.meteor import Meteor
+        from pycocoevalcap.rouge.rouge import Rouge
+        from pycocoevalcap.spice.spice import Spice
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+    except ImportError:
+        return {}, [
+            "BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: pip install pycocoevalcap (and Java for METEOR/SPICE)"
+        ]
+    try:  # the COCO evaluation's own tokenisation (Stanford PTB tokenizer, Java)
+        tokenizer = PTBTokenizer()
+        references = tokenizer.tokenize(
+            {i: [{"caption": r} for r in item["references"]] for i, item in enumerate(items)}
+        )
+        candidates = tokenizer.tokenize({i: [{"caption": item["caption"]}] for i, item in enumerate(items)})
+    except Exception as error:  # no Java, or it failed: the columns are left out, never a crash
+        return {}, [f"BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: PTB tokenizer failed ({error})"]
+    measures, notes = {}, []
+    scorers = {"Bleu_4": Bleu, "METEOR": Meteor, "ROUGE_L": Rouge, "CIDEr": Cider, "SPICE": Spice}
+    for name in metrics:
+        try:
+            scorer = scorers[name]
+            value, _ = scorer().compute_score(references, candidates)
+        except Exception as error:  # METEOR/SPICE start a Java process: any failure drops that column only
+            notes.append(f"{name} column absent: {type(error).__name__}: {error}")
+            continue
+        measures[name] = 100 * float(value[-1] if isinstance(value, list) else value)
+    return measures, notes
+
+
+def evaluate_systems(config, models: dict) -> dict:
+    """One row per `SYSTEM=FILE` of `config.captions` (files as `pacs-score` reads them)."""
+    from .harness import parse_named
+
+    rows, notes = [], []
+    for system, path in (parse_named(value, "--captions") for value in config.captions):
+        if not path.is_file():
+            raise FileNotFoundError(f"--captions {system}: {path} not found")
+        image_root = config.image_root or path.parent
+        items = read_items(path, Path(image_root))
+        if config.references:
+            attach_references(items, config.references, Path(image_root))
+        has_references = all(item.get("references") for item in items)
+        measures = {}
+        for name, model in models.items():
+            output = model.score(
+                [item["image_path"] for item in items],
+                [item["caption"] for item in items],
+                [item["references"] for item in items] if has_references else None,
+                image_batch_size=config.image_batch_size,
+                text_batch_size=config.text_batch_size,
+                progress=config.progress,
+            )
+            label = PAPER_NAMES.get(name, name)
+            measures[label] = output.mean_score
+            if has_references:
+                measures[f"Ref{label}"] = output.mean_ref_score
+        grammar = grammar_measures([item["caption"] for item in items])
+        measures.update({f"Rep-{n}": grammar[f"rep_{n}"] for n in range(1, 5)})
+        measures["%Incorrect"] = grammar["incorrect"]
+        if has_references:
+            coco, coco_notes = coco_caption_metrics(items, tuple(config.coco_metrics))
+            measures.update(coco)
+            notes += [note for note in coco_notes if note not in notes]
+        else:
+            notes.append(f"{system}: no references, so no Ref* or COCO caption metric columns")
+        rows.append({"system": system, "file": str(path), "num_captions": len(items), "measures": measures})
+    return {"rows": rows, "notes": notes}
