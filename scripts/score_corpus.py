@@ -5,6 +5,9 @@ rows; shard k belongs to process `k % num_processes`. Each finished shard is wri
 `OUTPUT_DIR/shards/shard-KKKKKKK.jsonl`; a rerun skips the shards already there, so an interrupted run resumes
 without rescoring or losing anything. When every shard is done, the main process merges them, in row order, into
 `OUTPUT_DIR/scores.jsonl` (one `{"row": i, "PAC-S++": ...}` per row) and `OUTPUT_DIR/summary.json` (corpus means).
+`OUTPUT_DIR/manifest.json` pins what the shards were computed from (the input's content, the image root, the model
+and the options): a rerun with an edited input, another --image-root or another model is refused with a message
+naming what changed. The machinery is `modeling_pacs.jobs.ShardedJob`.
 
 Inputs: `.jsonl`, `.csv` (references as a JSON list), `.parquet`, a `datasets` folder (`save_to_disk`), or a
 `datasets` name/folder for `load_dataset` (streamed, with `--split`).
@@ -18,19 +21,17 @@ Examples:
 """
 
 import argparse
-import bisect
 import csv
 import json
 import logging
-import math
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate import PartialState
 
-from modeling_pacs.cli import resolve_image, write_atomically
+from modeling_pacs.cli import resolve_image
+from modeling_pacs.jobs import RowBlock, ShardedJob, ShardReader, path_fingerprint, write_text_atomically
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.outputs import check_output_directory
 
@@ -38,20 +39,9 @@ logger = logging.getLogger("score_corpus")
 
 # Rows read from the input at a time; independent of the shard size, so reading never holds more than this.
 READ_BLOCK_ROWS = 4096
-SHARD_PATTERN = "shard-{:07d}.jsonl"
-MANIFEST_NAME = "manifest.json"
 
 
 # ---------------------------------------------------------------------------------------------------- reading
-@dataclass
-class RowBlock:
-    """`size` consecutive rows starting at row `start`; `rows(a, b)` decodes rows `start+a .. start+b-1` only."""
-
-    start: int
-    size: int
-    rows: Callable[[int, int], list[dict]]
-
-
 def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
     def decode(lines: list[str], first_row: int) -> Callable[[int, int], list[dict]]:
         def rows(begin: int, end: int) -> list[dict]:
@@ -161,39 +151,6 @@ def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
     return list_blocks(iter(undecoded_images(streamed, args.image_column)))
 
 
-class ShardReader:
-    """Cuts the row stream into shards of `shard_size` rows and decodes only the shards `wanted(k)` accepts.
-
-    After the iteration, `num_rows` holds the corpus length (every process scans the whole stream, so each knows it).
-    """
-
-    def __init__(self, blocks: Iterator[RowBlock], shard_size: int, wanted: Callable[[int], bool]):
-        self.blocks = blocks
-        self.shard_size = shard_size
-        self.wanted = wanted
-        self.num_rows = None
-
-    def __iter__(self) -> Iterator[tuple[int, list[dict]]]:
-        shard_rows: list[dict] = []
-        row = 0
-        for block in self.blocks:
-            position = 0
-            while position < block.size:
-                row = block.start + position
-                shard = row // self.shard_size
-                end = min(block.size, (shard + 1) * self.shard_size - block.start)
-                if self.wanted(shard):
-                    shard_rows.extend(block.rows(position, end))
-                position = end
-                row = block.start + end
-                if row % self.shard_size == 0 and shard_rows:
-                    yield shard, shard_rows
-                    shard_rows = []
-        if shard_rows:
-            yield (row - 1) // self.shard_size, shard_rows
-        self.num_rows = row
-
-
 # ---------------------------------------------------------------------------------------------------- scoring
 def parse_references(value, row: int) -> list[str]:
     if isinstance(value, str) and not value.strip():
@@ -261,13 +218,20 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
 
 
 # ---------------------------------------------------------------------------------------------------- writing
-def run_manifest(args: argparse.Namespace) -> dict:
-    """What the shard files depend on: a resumed run must use the same values."""
+def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
+    """What the shard files depend on (issue 10, defect 6): a resumed run must have equal values, or it is refused.
+
+    The input is pinned by its content (sha256 of a file; of the file listing, sizes and times of a dataset folder),
+    the model by its name and, for a local folder, its files; the image root and every option that changes a score.
+    """
     return {
-        "input": str(args.input.resolve()),
-        "model": args.model,
+        "input": str(args.input.resolve()) if args.input.exists() else str(args.input),
+        "input_content": path_fingerprint(args.input),
+        "split": args.split,
+        "image_root": str(image_root.resolve()),
+        "model": str(Path(args.model).resolve()) if Path(args.model).exists() else args.model,
+        "model_content": path_fingerprint(args.model),
         "dtype": args.dtype,
-        "shard_size": args.shard_size,
         "image_column": args.image_column,
         "caption_column": args.caption_column,
         "references_column": args.references_column,
@@ -275,77 +239,28 @@ def run_manifest(args: argparse.Namespace) -> dict:
     }
 
 
-def check_manifest(output_dir: Path, manifest: dict, is_main: bool):
-    path = output_dir / MANIFEST_NAME
-    if path.is_file():
-        previous = json.loads(path.read_text(encoding="utf-8"))
-        changed = {key: (previous.get(key), value) for key, value in manifest.items() if previous.get(key) != value}
-        if changed:
-            details = ", ".join(f"{key}: {old!r} -> {new!r}" for key, (old, new) in changed.items())
-            raise SystemExit(
-                f"{output_dir} holds shards of a different run ({details}): rerun with the same options to resume, "
-                "or use a new --output-dir"
-            )
-    elif is_main:
-        write_atomically(path, [json.dumps(manifest, indent=2) + "\n"])
-
-
-def merge_shards(output_dir: Path, num_rows: int, shard_size: int, model_name: str, score_names: tuple) -> dict:
+def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: tuple) -> dict:
     """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums)."""
-    shard_dir = output_dir / "shards"
-    num_shards = math.ceil(num_rows / shard_size)
-    missing = [shard for shard in range(num_shards) if not (shard_dir / SHARD_PATTERN.format(shard)).is_file()]
-    if missing:
-        raise SystemExit(f"shards {missing[:10]} of {num_shards} are missing: rerun the same command to finish them")
     sums = dict.fromkeys(score_names, 0.0)
     counts = dict.fromkeys(score_names, 0)
 
     def merged_lines() -> Iterator[str]:
-        expected_row = 0
-        for shard in range(num_shards):
-            with (shard_dir / SHARD_PATTERN.format(shard)).open(encoding="utf-8") as handle:
-                for line in handle:
-                    result = json.loads(line)
-                    if result["row"] != expected_row:
-                        raise SystemExit(f"shard {shard} has row {result['row']} where row {expected_row} belongs")
-                    expected_row += 1
-                    for name in score_names:
-                        if name in result:
-                            sums[name] += result[name]
-                            counts[name] += 1
-                    yield line
-        if expected_row != num_rows:
-            raise SystemExit(f"the shards hold {expected_row} rows, the input {num_rows}: delete {shard_dir}, rerun")
+        for result in job.merged_rows(num_rows, job.read_jsonl_shard):
+            for name in score_names:
+                if name in result:
+                    sums[name] += result[name]
+                    counts[name] += 1
+            yield json.dumps(result, ensure_ascii=False) + "\n"
 
-    write_atomically(output_dir / "scores.jsonl", merged_lines())
+    write_text_atomically(job.output_dir / "scores.jsonl", merged_lines())
     means = {name: sums[name] / counts[name] for name in score_names if counts[name]}
-    summary = {"model": model_name, "num_items": num_rows, "num_shards": num_shards, "mean": means}
-    write_atomically(output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
-    for stale in shard_dir.glob(".*.tmp"):
-        stale.unlink(missing_ok=True)  # left by a process killed mid-write; every writer has finished by now
+    summary = {"model": model_name, "num_items": num_rows, "num_shards": job.num_shards(num_rows), "mean": means}
+    write_text_atomically(job.output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
+    job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
     return summary
 
 
 # ---------------------------------------------------------------------------------------------------- main
-def shard_assignment(shard_dir: Path, state: PartialState) -> Callable[[int], bool]:
-    """Whether this process scores shard k: the shards not finished at start are dealt out round-robin.
-
-    Dealing out only the unfinished shards keeps a resumed run balanced across processes; every process lists the
-    finished shards before any of them writes a new one, so all agree on the deal.
-    """
-    finished = sorted(int(path.name[6:13]) for path in shard_dir.glob("shard-*.jsonl"))
-    state.wait_for_everyone()
-    finished_set = set(finished)
-
-    def wanted(shard: int) -> bool:
-        if shard in finished_set:
-            return False
-        unfinished_before = shard - bisect.bisect_left(finished, shard)
-        return unfinished_before % state.num_processes == state.process_index
-
-    return wanted
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -394,23 +309,24 @@ def main(argv: list[str] | None = None) -> dict | None:
         check_output_directory(args.output_dir, inputs=[args.input], allow_existing=True)
     except ValueError as error:
         raise SystemExit(f"--output-dir: {error}") from None
-    shard_dir = args.output_dir / "shards"
-    shard_dir.mkdir(parents=True, exist_ok=True)
-    check_manifest(args.output_dir, run_manifest(args), state.is_main_process)
-
-    wanted = shard_assignment(shard_dir, state)
+    job = ShardedJob(
+        args.output_dir,
+        run_manifest(args, image_root),
+        shard_size=args.shard_size,
+        process_index=state.process_index,
+        num_processes=state.num_processes,
+        barrier=state.wait_for_everyone,
+    )
+    wanted = job.start()
     model = load_model(args.model, device=str(state.device), dtype=None if args.dtype == "fp32" else args.dtype)
     reader = ShardReader(open_corpus(args), args.shard_size, wanted)
     for shard, rows in reader:
-        results = score_shard(model, shard, rows, args, image_root)
-        write_atomically(
-            shard_dir / SHARD_PATTERN.format(shard), (json.dumps(r, ensure_ascii=False) + "\n" for r in results)
-        )
+        job.write_jsonl_shard(shard, score_shard(model, shard, rows, args, image_root))
         logger.info("process %d: shard %d (%d rows) done", state.process_index, shard, len(rows))
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    summary = merge_shards(args.output_dir, reader.num_rows, args.shard_size, args.model, model.config.score_names)
+    summary = merge_shards(job, reader.num_rows, args.model, model.config.score_names)
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
     print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")

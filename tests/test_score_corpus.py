@@ -230,4 +230,36 @@ def test_killed_run_resumes_without_duplicates_or_losses(tiny_model_dir, tmp_pat
 
     uninterrupted = tmp_path / "uninterrupted"
     score_corpus.main([*command[2:4], str(uninterrupted), *command[5:]])
-    assert_rows_match(results, read_scores(uninterrupted), ("PAC-S++",))
+    assert_rows_match(results, read_scores(uninterrupted), ("PAC-S++",))  # run without references
+
+
+def test_resume_over_changed_input_image_root_or_model_is_refused(tiny_model_dir, tmp_path):
+    """Issue 10, defect 6: the manifest pins the input's content, the image root and the model."""
+    make_corpus(tmp_path, 12)
+    corpus = tmp_path / "corpus.jsonl"
+    output = ["--output-dir", str(tmp_path / "out"), "--shard-size", "5"]
+    score_corpus.main([str(corpus), *output, "--model", tiny_model_dir])
+    before = read_scores(tmp_path / "out")
+
+    original = corpus.read_text()
+    lines = original.splitlines()
+    lines[3] = json.dumps({"image": "images/1.png", "caption": "an edited caption"})
+    corpus.write_text("\n".join(lines) + "\n")
+    with pytest.raises(
+        SystemExit,
+        match=r"holds shards of a different run \(input_content: 'sha256:[0-9a-f]{64}' -> 'sha256:[0-9a-f]{64}'\)",
+    ):
+        score_corpus.main([str(corpus), *output, "--model", tiny_model_dir])
+    corpus.write_text(original)
+
+    other_root = tmp_path / "other_root"
+    (other_root / "images").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"\(image_root: '.*' -> '.*other_root'\)"):
+        score_corpus.main([str(corpus), *output, "--model", tiny_model_dir, "--image-root", str(other_root)])
+
+    other_model = tmp_path / "other_model"
+    make_tiny_model(other_model, seed=3)
+    with pytest.raises(SystemExit, match=r"\(model: '.*/model' -> '.*/other_model', model_content: 'listing-sha256:"):
+        score_corpus.main([str(corpus), *output, "--model", str(other_model)])
+    # nothing was merged over the old scores: the refused runs changed no file
+    assert read_scores(tmp_path / "out") == before
