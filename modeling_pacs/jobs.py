@@ -177,6 +177,24 @@ class ShardReader:
 
 
 # ---------------------------------------------------------------------------------------------------- the job
+def launch_state(cpu: bool = False):
+    """`accelerate.PartialState` of this process, refusing a launch where the processes would not meet.
+
+    `accelerate launch --num_processes N` on a machine without GPUs starts N processes that each believe they are
+    alone (so each would do everything) unless `--cpu` makes them join through gloo.
+    """
+    from accelerate import PartialState
+
+    state = PartialState(cpu=cpu)
+    launched_processes = int(os.environ.get("WORLD_SIZE", "1"))
+    if state.num_processes != launched_processes:
+        raise SystemExit(
+            f"launched as {launched_processes} processes but accelerate set up {state.num_processes}: on a machine "
+            "without GPUs pass --cpu (so the processes join through gloo instead of each doing everything)"
+        )
+    return state
+
+
 class ShardedJob:
     """Shard files, manifest guard, work split, resume and exactly-once merge of one job in `output_dir`.
 
@@ -312,9 +330,18 @@ class ShardedJob:
         return [shard for shard in range(self.num_shards(num_items)) if shard not in on_disk]
 
     def merged_rows(
-        self, num_items: int, read_shard: Callable[[Path], Iterable[dict]], id_key: str = "row"
+        self,
+        num_items: int,
+        read_shard: Callable[[Path], Iterable[dict]],
+        id_key: str = "row",
+        num_rows: int | None = None,
     ) -> Iterator[dict]:
-        """Every shard's rows in order, checking that item i is row i: each item exactly once, none missing."""
+        """Every shard's rows in order, checking that the i-th row has `id_key` i: each exactly once, none missing.
+
+        `num_items` (the work units that were sharded) sets the number of shards; `num_rows` (default `num_items`)
+        is the number of rows they hold together, for jobs whose unit yields several rows (an image's captions).
+        """
+        num_rows = num_items if num_rows is None else num_rows
         missing = self.missing_shards(num_items)
         if missing:
             raise SystemExit(
@@ -328,8 +355,8 @@ class ShardedJob:
                     raise SystemExit(f"shard {shard} has {id_key} {row[id_key]} where {id_key} {expected} belongs")
                 expected += 1
                 yield row
-        if expected != num_items:
-            raise SystemExit(f"the shards hold {expected} items, the input {num_items}: delete {self.shard_dir}, rerun")
+        if expected != num_rows:
+            raise SystemExit(f"the shards hold {expected} rows, the input {num_rows}: delete {self.shard_dir}, rerun")
 
     def remove_temporaries(self):
         """Delete `.*.tmp` files left by processes killed mid-write; call once every writer has finished."""
@@ -344,6 +371,7 @@ __all__ = [
     "atomic_path",
     "describe_source",
     "file_sha256",
+    "launch_state",
     "path_fingerprint",
     "write_text_atomically",
 ]

@@ -28,10 +28,15 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from accelerate import PartialState
-
 from modeling_pacs.cli import resolve_image
-from modeling_pacs.jobs import RowBlock, ShardedJob, ShardReader, path_fingerprint, write_text_atomically
+from modeling_pacs.jobs import (
+    RowBlock,
+    ShardedJob,
+    ShardReader,
+    launch_state,
+    path_fingerprint,
+    write_text_atomically,
+)
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.outputs import check_output_directory
 
@@ -297,13 +302,7 @@ def main(argv: list[str] | None = None) -> dict | None:
         raise SystemExit(f"--batch-size must be at least 1, got {args.batch_size}")
     if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
         raise SystemExit(f"input '{args.input}' does not exist")
-    state = PartialState(cpu=args.cpu)
-    launched_processes = int(os.environ.get("WORLD_SIZE", "1"))
-    if state.num_processes != launched_processes:
-        raise SystemExit(
-            f"launched as {launched_processes} processes but accelerate set up {state.num_processes}: on a machine "
-            "without GPUs pass --cpu (so the processes join through gloo instead of each scoring everything)"
-        )
+    state = launch_state(args.cpu)
     image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
     try:  # a resumable folder of this command's own: existing content is fine, the place rules still hold
         check_output_directory(args.output_dir, inputs=[args.input], allow_existing=True)

@@ -43,7 +43,7 @@ def test_merge_checks_every_item_exactly_once(tmp_path):
         list(job.merged_rows(10, job.read_jsonl_shard))
     job.write_jsonl_shard(2, [{"row": row, "value": row / 7} for row in (6, 7, 8)])
     assert [row["value"] for row in job.merged_rows(10, job.read_jsonl_shard)] == [row / 7 for row in range(10)]
-    with pytest.raises(SystemExit, match="the shards hold 10 items, the input 11"):
+    with pytest.raises(SystemExit, match="the shards hold 10 rows, the input 11"):
         list(job.merged_rows(11, job.read_jsonl_shard))
     # a restarted job does not redo finished shards
     assert not any(make_job(tmp_path).start()(shard) for shard in range(4))
