@@ -37,6 +37,8 @@ setup(
         "train": ["datasets>=3.0", "accelerate>=1.0", "scipy"],
         "video": ["av>=12"],
         "benchmarks": ["scipy", "matplotlib"],
+        # scripts/generate_synthetic.py: Stable Diffusion (BLIP comes with transformers)
+        "generate": ["diffusers>=0.30", "datasets>=3.0", "accelerate>=1.0", "pyarrow"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },

@@ -145,8 +145,9 @@ def load_synthetic_rows(path: Path) -> list[dict]:
             raise SystemExit(f"--synthetic_data {path}: no save_to_disk dataset, .parquet or .jsonl files found")
         files = [str(file) for file in (parquet or jsonl)]
         shards = datasets.load_dataset("parquet" if parquet else "json", data_files=files, split="train")
-    if isinstance(shards.features.get(SYNTHETIC_IMAGE_COLUMN), datasets.Image):
-        shards = shards.cast_column(SYNTHETIC_IMAGE_COLUMN, datasets.Image(decode=False))
+    for column, feature in shards.features.items():  # e.g. generate_synthetic.py's `image` too: never decode here
+        if isinstance(feature, datasets.Image):
+            shards = shards.cast_column(column, datasets.Image(decode=False))
     return list(shards)
 
 
