@@ -340,3 +340,35 @@ def test_train_pacs_trains_on_the_generated_data(workspace, tmp_path):
     )  # fmt: skip
     assert np.isfinite(metrics["train_loss"]) and np.isfinite(metrics["eval_loss"])
     assert (tmp_path / "run" / "model" / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_a_datasets_source_groups_captions_by_image(tmp_path):
+    """Any image-caption `datasets` dataset: rows sharing an image path are one BLIP unit; bytes images each alone."""
+    import datasets
+
+    from modeling_pacs.synthetic import dataset_images
+
+    PIL.Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    png = (tmp_path / "a.png").read_bytes()
+    rows = {
+        "image": [
+            {"bytes": None, "path": str(tmp_path / "a.png")},
+            {"bytes": png, "path": None},
+            {"bytes": None, "path": str(tmp_path / "a.png")},
+        ],
+        "text": ["one", "two", "three"],
+    }
+    dataset = datasets.Dataset.from_dict(
+        rows, features=datasets.Features({"image": datasets.Image(), "text": datasets.Value("string")})
+    )
+    sources = dataset_images(dataset, "image", "text", "train")
+    assert [(source.image_id, source.captions) for source in sources] == [
+        (0, [(0, 0, "one"), (2, 2, "three")]),
+        (1, [(1, 1, "two")]),
+    ]
+    assert sources[1].image == {"bytes": png, "path": None}
+    with pytest.raises(SystemExit, match=r"the dataset lacks column\(s\) \['caption'\] .*--caption-column"):
+        dataset_images(dataset, "image", "caption", "train")
+    bad = datasets.Dataset.from_dict({"image": ["a.png"], "caption": [3]})
+    with pytest.raises(SystemExit, match=r"row 0: caption is int \(3\), expected a string"):
+        dataset_images(bad, "image", "caption", "train")
