@@ -132,7 +132,8 @@ def test_rows_columns_provenance_and_independent_recomputation(workspace):
     }
     for row in rows:
         if row["cocoid"] == UNREADABLE_COCOID:  # the policy: reported, skipped, no synthetic data
-            assert row["error"].startswith("image could not be read: ") and "could not be decoded" in row["error"]
+            assert row["error"].startswith(f"image {UNREADABLE_COCOID} ('{root}/coco/train2014/COCO_train2014_")
+            assert "could not be decoded: cannot identify image file" in row["error"]
             assert row["synthetic_image"] is None and row["synthetic_caption"] is None and row["safety_flagged"] is None
             continue
         assert row["error"] is None and row["safety_flagged"] is False

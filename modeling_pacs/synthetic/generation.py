@@ -220,8 +220,10 @@ def dataset_images(dataset, image_column: str, caption_column: str, split: str) 
     for row, (image, caption) in enumerate(zip(dataset[image_column], dataset[caption_column])):
         if not isinstance(caption, str):
             raise SystemExit(f"row {row}: caption is {type(caption).__name__} ({caption!r}), expected a string")
-        path = image if isinstance(image, str) else (image or {}).get("path") if isinstance(image, dict) else None
-        key = ("path", path) if path and not (isinstance(image, dict) and image.get("bytes")) else ("row", row)
+        # Rows naming the same file share one BLIP caption; an image given as bytes is its own unit.
+        path = image if isinstance(image, str) else image.get("path") if isinstance(image, dict) else None
+        in_memory = isinstance(image, dict) and image.get("bytes") is not None
+        key = ("path", path) if path and not in_memory else ("row", row)
         if key not in images:
             images[key] = SourceImage(row, image, split)
         images[key].captions.append((row, row, caption))
@@ -367,10 +369,10 @@ def generate_shard(
     decoded, unreadable = {}, []
     for position, source in enumerate(sources):
         try:
-            decoded[position] = load_image(source.image, position).convert("RGB")
-        except (OSError, ValueError, TypeError) as error:
-            logger.warning(f"image {source.image_id!r} ({describe(source.image)}) is unreadable, skipped: {error}")
-            unreadable.append((position, f"image could not be read: {error}"))
+            decoded[position] = load_image(source.image, source.image_id)
+        except (OSError, ValueError, TypeError) as error:  # e.g. "image 1003 ('x.jpg') could not be decoded: ..."
+            logger.warning(f"{error}: skipped, its {len(source.captions)} captions get no synthetic data")
+            unreadable.append((position, str(error)))
     readable = sorted(decoded)
     synthetic_captions = {}
     for start in range(0, len(readable), caption_batch_size):
@@ -411,14 +413,6 @@ def generate_shard(
         if progress is not None and position in errors:
             progress.update(len(source.captions))
     return rows, [sources[position].image_id for position, _ in unreadable]
-
-
-def describe(image: Any) -> str:
-    if isinstance(image, str):
-        return repr(image)
-    if isinstance(image, dict) and image.get("path"):
-        return repr(image["path"])
-    return type(image).__name__
 
 
 def shard_features():
