@@ -271,7 +271,8 @@ class ShardedJob:
 
     # ------------------------------------------------------------------------------------------ start
     def check_manifest(self):
-        """Refuse shards of a different run (naming what changed); the main process writes a new manifest."""
+        """Refuse shards of a different run (naming what changed) and a non-empty folder that is not a job's; the main
+        process writes the manifest of a new job."""
         path = self.output_dir / MANIFEST_NAME
         if path.is_file():
             try:
@@ -286,13 +287,24 @@ class ShardedJob:
                     f"{self.output_dir} holds shards of a different run ({details}): rerun with the same input and "
                     "options to resume, or use a new output folder"
                 )
-        elif self.is_main_process:
-            write_text_atomically(path, [json.dumps(self.manifest, indent=2) + "\n"])
+        else:
+            foreign = [
+                entry.name
+                for entry in (self.output_dir.iterdir() if self.output_dir.is_dir() else [])
+                if entry.name != self.shard_dir.name and not entry.name.startswith(f".{MANIFEST_NAME}.")
+            ]
+            if foreign or self.finished_shards():
+                raise SystemExit(
+                    f"{self.output_dir} is not empty ({sorted(foreign)[:5] or 'shards'}) and holds no {MANIFEST_NAME}: "
+                    "it is not this job's folder; use a new or empty output folder"
+                )
+            if self.is_main_process:
+                write_text_atomically(path, [json.dumps(self.manifest, indent=2) + "\n"])
 
     def start(self) -> Callable[[int], bool]:
         """Create the folders, check the manifest, and return `wanted(k)`: whether this process does shard k."""
-        self.shard_dir.mkdir(parents=True, exist_ok=True)
         self.check_manifest()
+        self.shard_dir.mkdir(parents=True, exist_ok=True)
         finished = [k for k in self.finished_shards() if k % self.num_machines == self.machine_index]
         self.barrier()  # every process has listed the finished shards before any writes a new one
         finished_set = set(finished)

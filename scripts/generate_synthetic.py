@@ -110,6 +110,8 @@ def load_sources(args: argparse.Namespace) -> list:
             raise SystemExit("--karpathy-json needs --image-root (the folder that holds train2014/ and val2014/)")
         if not args.karpathy_json.is_file():
             raise SystemExit(f"--karpathy-json {args.karpathy_json} does not exist")
+        if not args.image_root.is_dir():
+            raise SystemExit(f"--image-root {args.image_root} is not a folder (it should hold train2014/, val2014/)")
         return karpathy_images(args.karpathy_json, args.image_root, [s for s in args.splits.split(",") if s])
     import datasets
 

@@ -92,3 +92,11 @@ def test_shard_reader_and_fingerprints(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"captions")
     assert path_fingerprint(tmp_path) != listing
     assert path_fingerprint("org/model-on-the-hub") is None
+
+
+def test_a_non_empty_folder_that_is_not_a_job_is_refused(tmp_path):
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "notes.txt").write_text("keep me")
+    with pytest.raises(SystemExit, match=r"job is not empty \(\['notes.txt'\]\) and holds no manifest.json: it is not"):
+        make_job(tmp_path).start()
+    assert [path.name for path in (tmp_path / "job").iterdir()] == ["notes.txt"]

@@ -312,6 +312,19 @@ def test_bad_options_are_refused_with_a_clear_message(workspace, tmp_path, extra
         generate_synthetic.main(command_arguments(workspace["root"], tmp_path / "out", *extra))
 
 
+def test_missing_inputs_are_refused(workspace, tmp_path):
+    arguments = command_arguments(workspace["root"], tmp_path / "out")
+    arguments[3] = str(tmp_path / "no_such_root")
+    with pytest.raises(SystemExit, match=r"--image-root .*no_such_root is not a folder"):
+        generate_synthetic.main(arguments)
+    (tmp_path / "broken.json").write_text('{"annotations": []}')
+    arguments = command_arguments(workspace["root"], tmp_path / "out")
+    arguments[1] = str(tmp_path / "broken.json")
+    with pytest.raises(SystemExit, match=r"broken.json: not a Karpathy dataset_coco.json \(KeyError: 'images'\)"):
+        generate_synthetic.main(arguments)
+    assert not (tmp_path / "out").exists()
+
+
 def test_argument_parser_refuses_non_positive_counts(workspace, tmp_path, capsys):
     for flag in ("--steps", "--image-batch-size", "--caption-batch-size", "--shard-size"):
         with pytest.raises(SystemExit):
