@@ -267,6 +267,31 @@ def test_two_machines_equal_one_run(workspace, tmp_path, caplog):
     assert_same_rows(read_rows(output_dir), workspace["reference"])
 
 
+def test_accelerate_processes_split_the_shards_with_no_overlap(workspace, tmp_path):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    output_dir = tmp_path / "out"
+    launch = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+        "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+    ]  # fmt: skip
+    completed = subprocess.run(
+        [*launch, str(SCRIPT), *command_arguments(workspace["root"], output_dir), "--cpu"],
+        env=script_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    for process in range(2):  # unfinished shards dealt out round-robin
+        done = [line for line in completed.stderr.splitlines() if f"INFO: process {process}: shard " in line]
+        assert sorted(int(line.split(": shard ")[1].split()[0]) for line in done) == [process, process + 2, process + 4]
+    assert_same_rows(read_rows(output_dir), workspace["reference"])
+
+
 def test_changed_input_or_settings_on_resume_are_refused(workspace, tmp_path):
     root = workspace["root"]
     output_dir = tmp_path / "out"
