@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
+from modeling_pacs.outputs import OutputPathError, check_output_directory
 from modeling_pacs.synthetic.generation import (
     DEFAULT_CAPTIONER,
     DEFAULT_GENERATOR,
@@ -173,7 +174,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     except ValueError as error:
         raise SystemExit(f"invalid option: {error}") from None
     sources = load_sources(args)
-    try:
+    try:  # the job's own folder may exist (resumption); the place rules still hold
+        inputs = [
+            args.karpathy_json,
+            args.image_root,
+            args.dataset if args.dataset and Path(args.dataset).exists() else None,
+        ]
+        check_output_directory(args.output_dir, inputs=inputs, allow_existing=True)
         job = ShardedJob(
             args.output_dir,
             run_manifest(args, settings),
@@ -185,6 +192,8 @@ def main(argv: list[str] | None = None) -> dict | None:
             num_machines=args.num_shards,
             barrier=state.wait_for_everyone,
         )
+    except OutputPathError as error:
+        raise SystemExit(f"--output-dir: {error}") from None
     except ValueError as error:
         raise SystemExit(f"invalid option: {error}") from None
     wanted = job.start()

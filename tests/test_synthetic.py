@@ -348,6 +348,11 @@ def test_missing_inputs_are_refused(workspace, tmp_path):
     with pytest.raises(SystemExit, match=r"broken.json: not a Karpathy dataset_coco.json \(KeyError: 'images'\)"):
         generate_synthetic.main(arguments)
     assert not (tmp_path / "out").exists()
+    arguments = command_arguments(workspace["root"], workspace["root"])  # the folder holding the inputs
+    with pytest.raises(
+        SystemExit, match=r"--output-dir: output directory '.*' contains the input '.*dataset_coco.json'"
+    ):
+        generate_synthetic.main(arguments)
 
 
 def test_argument_parser_refuses_non_positive_counts(workspace, tmp_path, capsys):
