@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     args = build_parser().parse_args(argv)
     state = launch_state(args.cpu)
     dtype = ("fp16" if state.device.type == "cuda" else "fp32") if args.dtype == "auto" else args.dtype
+    if dtype == "fp16" and state.device.type == "cpu":
+        raise SystemExit("--dtype fp16 needs a GPU (CPU kernels for half precision are missing or slow): use fp32")
     try:
         settings = GenerationSettings(
             captioner=args.captioner,

@@ -330,6 +330,7 @@ def test_changed_input_or_settings_on_resume_are_refused(workspace, tmp_path):
         ),
         (["--shard-id", "2", "--num-shards", "2"], "invalid option: shard id 2 of 2: need num_shards >= 1 and 0 <= "),
         (["--seed", "-1"], "invalid option: global_seed must be an integer >= 0, got -1"),
+        (["--dtype", "fp16", "--cpu"], r"--dtype fp16 needs a GPU .*: use fp32"),
     ],
 )
 def test_bad_options_are_refused_with_a_clear_message(workspace, tmp_path, extra, message):
