@@ -71,7 +71,8 @@ def run(*argv) -> dict:
 
 def cached_scores(output: Path, benchmark: str, model_dir: str) -> list[dict]:
     folder = output / "cache" / benchmark / model_dir.replace("/", "--")
-    return [json.loads(line) for path in sorted(folder.glob("chunk_*.jsonl")) for line in path.read_text().splitlines()]
+    shards = sorted((folder / "shards").glob("shard-*.jsonl"))
+    return [json.loads(line) for path in shards for line in path.read_text().splitlines()]
 
 
 def test_model_table_counts_encodings_and_matches_an_independent_computation(
@@ -147,7 +148,7 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     assert resumed["benchmarks"]["flickr8k_cf"]["rows"][0]["statistics"] == table["rows"][0]["statistics"]
     # An interrupted run: one chunk missing. Only its 10 items (images 1, 2 and 3) are scored again.
     before = cached_scores(output, "flickr8k_cf", model_dir)
-    (output / "cache" / "flickr8k_cf" / model_dir.replace("/", "--") / "chunk_00001.jsonl").unlink()
+    (output / "cache" / "flickr8k_cf" / model_dir.replace("/", "--") / "shards" / "shard-0000001.jsonl").unlink()
     partial = run(
         "--benchmark",
         "flickr8k_cf",
@@ -168,7 +169,7 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     assert_scores_close([row["score"] for row in after], [row["score"] for row in before])
     with pytest.raises(SystemExit, match="is not empty: pass --resume"):
         run("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output", output)
-    with pytest.raises(SystemExit, match="cached scores belong to other items or another chunk size"):
+    with pytest.raises(SystemExit, match=r"holds shards of a different run \(shard_size: 10 -> 7\)"):
         run(
             "--benchmark",
             "flickr8k_cf",

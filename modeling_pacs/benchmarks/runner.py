@@ -1,22 +1,24 @@
 """Scoring benchmark items with a model: one engine call per chunk, images deduplicated across the benchmark, and
-per-chunk scores cached atomically so an interrupted run resumes where it stopped.
+per-chunk scores cached by the project's job engine (`modeling_pacs.jobs.ShardedJob`: atomic shard files, a manifest
+that refuses other items or another chunk size, every item exactly once) so an interrupted run resumes where it
+stopped.
 
 Items are ordered by image before chunking, so an image is encoded once per chunk it appears in (once overall unless
-a chunk boundary splits its items). The cache is deliberately small and self-contained: it is the one place to switch
-to the shared job engine.
+a chunk boundary splits its items).
 """
 
 import contextlib
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..cli import write_atomically
+from ..jobs import ShardedJob
 from .data import Benchmark
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -79,43 +81,41 @@ def score_image_items(
         check_positive(name, value)
     check_positive("text_batch_size", text_batch_size)
     ordered = sorted(items, key=lambda item: item["image"])  # stable: file order within an image
+    job = None
     if cache_dir is not None:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        manifest = {"fingerprint": items_fingerprint(ordered), "chunk_size": chunk_size}
-        manifest_path = cache_dir / "manifest.json"
-        if manifest_path.is_file() and json.loads(manifest_path.read_text()) != manifest:
-            raise ValueError(
-                f"{cache_dir}: cached scores belong to other items or another chunk size; remove the folder or "
-                "pass --overwrite to start again"
-            )
-        write_atomically(manifest_path, [json.dumps(manifest)])
-    scores = {column: {} for column in SCORE_COLUMNS}
-    starts = range(0, len(ordered), chunk_size)
+        job = ShardedJob(cache_dir, {"items_sha256": items_fingerprint(ordered)}, shard_size=chunk_size)
+    wanted = job.start() if job is not None else lambda chunk: True
+    computed = {}
+    chunks = [number for number in range(math.ceil(len(ordered) / chunk_size)) if wanted(number)]
     with count_encodings(model) as counts:
-        show = progress if progress is not None else len(starts) > 1
-        for number, start in enumerate(tqdm(starts, desc="scoring chunks", unit="chunk", disable=not show)):
-            chunk = ordered[start : start + chunk_size]
-            path = cache_dir / f"chunk_{number:05d}.jsonl" if cache_dir is not None else None
-            if path is not None and path.is_file():
-                rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        show = progress if progress is not None else len(chunks) > 1
+        for number in tqdm(chunks, desc="scoring chunks", unit="chunk", disable=not show):
+            first = number * chunk_size
+            chunk = ordered[first : first + chunk_size]
+            output = model.score(
+                [item["image"] for item in chunk],
+                [item["candidate"] for item in chunk],
+                [item["references"] for item in chunk],
+                image_batch_size=image_batch_size,
+                text_batch_size=text_batch_size,
+                progress=progress,
+            )
+            rows = [
+                {"row": first + offset, "id": item["id"], "score": float(score), "ref_score": float(ref_score)}
+                for offset, (item, score, ref_score) in enumerate(zip(chunk, output.scores, output.ref_scores))
+            ]
+            if job is not None:
+                job.write_jsonl_shard(number, rows)
             else:
-                output = model.score(
-                    [item["image"] for item in chunk],
-                    [item["candidate"] for item in chunk],
-                    [item["references"] for item in chunk],
-                    image_batch_size=image_batch_size,
-                    text_batch_size=text_batch_size,
-                    progress=progress,
-                )
-                rows = [
-                    {"id": item["id"], "score": float(score), "ref_score": float(ref_score)}
-                    for item, score, ref_score in zip(chunk, output.scores, output.ref_scores)
-                ]
-                if path is not None:
-                    write_atomically(path, (json.dumps(row) + "\n" for row in rows))
-            for row in rows:
-                for column in SCORE_COLUMNS:
-                    scores[column][row["id"]] = row[column]
+                computed[number] = rows
+    if job is not None:  # cached and new chunks together, each item exactly once
+        all_rows = job.merged_rows(len(ordered), job.read_jsonl_shard)
+    else:
+        all_rows = (row for number in sorted(computed) for row in computed[number])
+    scores = {column: {} for column in SCORE_COLUMNS}
+    for row in all_rows:
+        for column in SCORE_COLUMNS:
+            scores[column][row["id"]] = row[column]
     return scores, counts
 
 
