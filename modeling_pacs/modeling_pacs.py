@@ -14,13 +14,20 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
+from .backbones import (
+    backbone_family,
+    backbone_spec,
+    embedding_dim,
+    encode_image_batch,
+    encode_text_batch,
+    image_preprocessor,
+)
 from .configuration_pacs import PACSConfig
 from .inputs import (
     ImageInput,
     check_captions,
     check_references,
     image_key,
-    load_and_preprocess,
     prepare_caption,
 )
 from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
@@ -255,19 +262,29 @@ class PACSModel(PACSPreTrainedModel):
 
     # ------------------------------------------------------------------------------------------------ encoding
     def tokenize(self, captions: list[str]) -> dict[str, torch.Tensor]:
-        """Prefix, clean and tokenize captions; pad to the longest, truncate keeping end-of-text last."""
+        """Prefix, clean and tokenize captions; truncate keeping end-of-text last.
+
+        CLIP: captions are cleaned as the original tokenizer does and padded to the longest. SigLIP: captions are
+        passed as given and padded to `max_text_length`, as the model was trained (`backbones.py`). The attention
+        mask marks the real tokens (SigLIP's text tower is run without it).
+        """
         if self.tokenizer is None:
             raise ValueError(
                 "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
                 "AutoTokenizer.from_pretrained(...)"
             )
-        texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+        spec = backbone_spec(self.config.backbone_config)
+        if spec.clean_text:
+            texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+        else:
+            texts = [self.config.prompt_prefix + caption for caption in captions]
         return self.tokenizer(
             texts,
-            padding="longest",
+            padding=spec.text_padding,
             truncation=True,
             max_length=self.config.max_text_length,
             return_tensors="pt",
+            return_attention_mask=True,
         )
 
     def encode_texts(
@@ -286,25 +303,28 @@ class PACSModel(PACSPreTrainedModel):
         captions = check_captions(captions, "caption")
         tokens = self.tokenize(captions) if captions else None
         if tokens is None:
-            empty = torch.zeros(0, self.config.backbone_config.projection_dim)
+            empty = torch.zeros(0, embedding_dim(self.config.backbone_config))
             return PACSTextFeatures(text_embeds=empty) if return_tokens else empty
         lengths = tokens["attention_mask"].sum(dim=1)
         order = torch.argsort(lengths, descending=True, stable=True)
-        text_embeds = torch.empty(len(captions), self.config.backbone_config.projection_dim)
+        text_embeds = torch.empty(len(captions), embedding_dim(self.config.backbone_config))
+        family = backbone_family(self.config.backbone_config)
+        # SigLIP pools the last position: its texts keep the length they were tokenised to.
+        trim_padding = backbone_spec(self.config.backbone_config).text_padding == "longest"
+        full_length = tokens["input_ids"].shape[1]
         token_embeds = None
         if return_tokens:
             token_embeds = torch.zeros(len(captions), tokens["input_ids"].shape[1], text_embeds.shape[1])
         batches = list(torch.split(order, batch_size))
         with torch.inference_mode():
             for batch in self.progress_bar(batches, "encoding texts", len(captions), progress):
-                length = int(lengths[batch].max())
+                length = int(lengths[batch].max()) if trim_padding else full_length
                 input_ids = tokens["input_ids"][batch, :length].to(self.device)
                 attention_mask = tokens["attention_mask"][batch, :length].to(self.device)
-                outputs = self.clip.text_model(input_ids=input_ids, attention_mask=attention_mask)
-                text_embeds[batch] = self.clip.text_projection(outputs.pooler_output).float().cpu()
+                pooled, projected = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens)
+                text_embeds[batch] = pooled.float().cpu()
                 if return_tokens:
-                    projected = self.clip.text_projection(outputs.last_hidden_state).float().cpu()
-                    token_embeds[batch, :length] = projected
+                    token_embeds[batch, :length] = projected.float().cpu()
         if not return_tokens:
             return text_embeds
         return PACSTextFeatures(
@@ -329,18 +349,18 @@ class PACSModel(PACSPreTrainedModel):
         """
         images = list(images)
         item_indices = item_indices or list(range(len(images)))
-        size = self.config.backbone_config.vision_config.image_size
-        embeds = torch.empty(len(images), self.config.backbone_config.projection_dim)
+        preprocess = image_preprocessor(self.config.backbone_config)
+        family = backbone_family(self.config.backbone_config)
+        embeds = torch.empty(len(images), embedding_dim(self.config.backbone_config))
         num_workers = num_workers or min(8, os.cpu_count() or 1)
         starts = range(0, len(images), batch_size)
-        dtype = self.clip.visual_projection.weight.dtype
+        dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             for start in self.progress_bar(starts, "encoding images", len(images), progress):
                 indices = range(start, min(start + batch_size, len(images)))
-                pixels = list(pool.map(lambda i: load_and_preprocess(images[i], item_indices[i], size), indices))
+                pixels = list(pool.map(lambda i: preprocess(images[i], item_indices[i]), indices))
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
-                outputs = self.clip.vision_model(pixel_values=pixel_values)
-                embeds[start : start + len(indices)] = self.clip.visual_projection(outputs.pooler_output).float().cpu()
+                embeds[start : start + len(indices)] = encode_image_batch(self.clip, family, pixel_values).float().cpu()
         return embeds
 
     # ------------------------------------------------------------------------------------------------ scoring
@@ -404,8 +424,9 @@ class PACSModel(PACSPreTrainedModel):
 
     def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
         """Reference-free scores (Eq. 4) of aligned batches of preprocessed images and tokenized captions."""
-        image_embeds = self.clip.get_image_features(pixel_values=pixel_values).pooler_output
-        text_embeds = self.clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        family = backbone_family(self.config.backbone_config)
+        image_embeds = encode_image_batch(self.clip, family, pixel_values)
+        text_embeds, _ = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens=False)
         return PACSScoreOutput(
             scores=reference_free_score(image_embeds, text_embeds, self.config.w),
             image_text_cosines=cosine_similarity(image_embeds, text_embeds),
