@@ -67,7 +67,9 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     """Load a PACSModel from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory.
 
     `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`) builds a random 32-dim model for offline smoke runs: its
-    scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S.
+    scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S, and so
+    do plain SigLIP ones (`google/siglip-base-patch16-224`, `google/siglip2-base-patch16-224`) with SigLIP's own
+    pipelines; SigLIP 2 NaFlex checkpoints are refused with an explanation.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
     if dtype is not None and dtype not in DTYPES:
@@ -77,8 +79,11 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
         logger.warning("model 'tiny' has RANDOM weights: its scores are meaningless (smoke tests only)")
         model = str(tiny_model_directory(variant))
     name_or_path = PRETRAINED_MODELS.get(model, model)
-    if _is_plain_clip(name_or_path):
+    model_type = _plain_model_type(name_or_path)
+    if model_type == "clip":
         loaded = PACSModel.from_clip(name_or_path, dtype=torch.float32)
+    elif model_type in ("siglip", "siglip2"):
+        loaded = PACSModel.from_siglip(name_or_path, dtype=torch.float32)
     else:
         loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32)
     loaded = loaded.to(resolve_device(device)).eval()
@@ -87,8 +92,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     return loaded
 
 
-def _is_plain_clip(name_or_path: str) -> bool:
+def _plain_model_type(name_or_path: str) -> str | None:
     try:
-        return AutoConfig.from_pretrained(name_or_path).model_type == "clip"
+        return AutoConfig.from_pretrained(name_or_path).model_type
     except (OSError, ValueError):
-        return False  # PACSModel.from_pretrained then raises the explanatory error
+        return None  # PACSModel.from_pretrained then raises the explanatory error

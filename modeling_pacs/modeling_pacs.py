@@ -191,6 +191,31 @@ class PACSModel(PACSPreTrainedModel):
         model.tokenizer = AutoTokenizer.from_pretrained(clip_name_or_path, **hub_kwargs)
         return model.eval()
 
+    @classmethod
+    def from_siglip(cls, siglip_name_or_path: str, variant: str = "clip_s", **kwargs) -> "PACSModel":
+        """Wrap a plain transformers SigLIP checkpoint (e.g. `google/siglip-base-patch16-224`, or a fixed-resolution
+        SigLIP 2 one such as `google/siglip2-base-patch16-224`) with SigLIP's own pipelines (`backbones.py`)."""
+        from transformers import AutoConfig
+
+        hub_kwargs = {
+            key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs
+        }
+        try:
+            backbone_config = AutoConfig.from_pretrained(siglip_name_or_path, **hub_kwargs)
+            backbone_family(backbone_config)  # refuses NaFlex and other backbones before loading any weights
+            siglip = AutoModel.from_pretrained(siglip_name_or_path, **kwargs)
+        except OSError as error:
+            if Path(siglip_name_or_path).is_dir():
+                raise
+            raise OSError(missing_weights_message(siglip_name_or_path)) from error
+        config = PACSConfig(
+            backbone_config=siglip.config, variant=variant, adapter_path=None, base_model_id=siglip_name_or_path
+        )
+        model = cls(config)
+        model.clip = siglip
+        model.tokenizer = AutoTokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
+        return model.eval()
+
     def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):
         """Load the PEFT LoRA adapter of `config.adapter_path` into the backbone; merge it unless `merge=False`.
 

@@ -26,7 +26,7 @@ from transformers import (
     SiglipProcessor,
 )
 
-from .backbones import SIGLIP_MEAN, SIGLIP_STD, backbone_family
+from .backbones import SIGLIP_MEAN, SIGLIP_STD, backbone_family, multihead_attention_projections
 from .configuration_pacs import PACSConfig
 from .inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from .modeling_pacs import PACSModel
@@ -298,6 +298,7 @@ def add_random_lora(model: PACSModel, seed: int = 0, scale: float = 0.02):
         r=model.config.lora_rank,
         lora_alpha=model.config.lora_alpha,
         target_modules=list(model.config.lora_target_modules),
+        exclude_modules=multihead_attention_projections(model.clip) or None,
         lora_dropout=0.0,
         init_lora_weights=False,
     )

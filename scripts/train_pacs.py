@@ -32,6 +32,7 @@ from modeling_pacs.model_card import render_model_card
 from modeling_pacs.modeling_pacs import PACSModel
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (
+    LOSS_TYPES,
     RECIPES,
     SYNTHETIC_CAPTION_COLUMN,
     SYNTHETIC_IMAGE_COLUMN,
@@ -55,11 +56,18 @@ class ModelArguments:
 
     model_name_or_path: str = field(
         default="openai/clip-vit-base-patch32",
-        metadata={"help": "CLIP Hub id or directory, a PAC-S++ model directory, or an alias of modeling_pacs.loading"},
+        metadata={
+            "help": "CLIP or SigLIP Hub id or directory (e.g. google/siglip-base-patch16-224), a PAC-S++ model "
+            "directory, or an alias of modeling_pacs.loading"
+        },
     )
     recipe: str = field(default="pac_s_pp", metadata={"help": "pac_s_pp (LoRA) or pac_s (final projections only)"})
     lambda_v: float | None = field(default=None, metadata={"help": "weight of L(V',T); default: the recipe's"})
     lambda_t: float | None = field(default=None, metadata={"help": "weight of L(V,T'); default: the recipe's"})
+    loss: str = field(
+        default="info_nce",
+        metadata={"help": "contrastive term: info_nce (the paper's, Eq. 1) or sigmoid (SigLIP's; SigLIP backbones)"},
+    )
     final_model_dir: str | None = field(
         default=None, metadata={"help": "where the Hub-ready model is written; default: OUTPUT_DIR/model"}
     )
@@ -186,6 +194,8 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
     if model_args.recipe not in RECIPES:
         raise SystemExit(f"--recipe must be one of {sorted(RECIPES)}, got {model_args.recipe!r}")
+    if model_args.loss not in LOSS_TYPES:
+        raise SystemExit(f"--loss must be one of {list(LOSS_TYPES)}, got {model_args.loss!r}")
     recipe = RECIPES[model_args.recipe]
     lambda_v = recipe.lambda_v if model_args.lambda_v is None else model_args.lambda_v
     lambda_t = recipe.lambda_t if model_args.lambda_t is None else model_args.lambda_t
@@ -193,6 +203,8 @@ def main(argv: list[str] | None = None):
 
     train, validation = load_dataset_splits(data_args, columns)
     model = load_model(model_args.model_name_or_path)
+    if model_args.loss == "sigmoid" and getattr(model.clip, "logit_bias", None) is None:
+        raise SystemExit("--loss sigmoid needs a SigLIP backbone (it has the logit_bias): use --loss info_nce")
     name = model_args.model_name_or_path
     if not (Path(name).is_dir() or name.startswith("tiny")):
         # The adapter's adapter_config.json names the Hub id of the weights it was trained on.
@@ -215,6 +227,7 @@ def main(argv: list[str] | None = None):
         callbacks=callbacks,
         lambda_v=lambda_v,
         lambda_t=lambda_t,
+        loss_type=model_args.loss,
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics = dict(result.metrics)
