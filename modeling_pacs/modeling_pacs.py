@@ -208,8 +208,15 @@ class PACSModel(PACSPreTrainedModel):
             if Path(siglip_name_or_path).is_dir():
                 raise
             raise OSError(missing_weights_message(siglip_name_or_path)) from error
+        base_model_id = siglip_name_or_path
+        if Path(siglip_name_or_path).is_dir():
+            base_model_id = Path(siglip_name_or_path).resolve().name  # never a local path in a published adapter
+            logger.warning(
+                f"base_model_id is '{base_model_id}' (the directory's name): set config.base_model_id to the "
+                "backbone's Hub id before publishing an adapter trained on it"
+            )
         config = PACSConfig(
-            backbone_config=siglip.config, variant=variant, adapter_path=None, base_model_id=siglip_name_or_path
+            backbone_config=siglip.config, variant=variant, adapter_path=None, base_model_id=base_model_id
         )
         model = cls(config)
         model.clip = siglip

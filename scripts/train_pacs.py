@@ -27,8 +27,9 @@ from pathlib import Path
 import datasets
 from transformers import HfArgumentParser, TrainingArguments
 
+from modeling_pacs.backbones import backbone_family
 from modeling_pacs.loading import PRETRAINED_MODELS, load_model
-from modeling_pacs.model_card import render_model_card
+from modeling_pacs.model_card import render_model_card, render_siglip_model_card
 from modeling_pacs.modeling_pacs import PACSModel
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (
@@ -161,6 +162,20 @@ def write_model_card(
 ):
     """The project's model card (modeling_pacs.model_card) with this run's provenance; no reported results."""
     recipe = RECIPES[model_args.recipe]
+    if backbone_family(model.config.backbone_config) == "siglip":
+        final_metrics = ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items()))
+        card = render_siglip_model_card(
+            repo_id=str(directory),
+            variant=recipe.variant,
+            w=model.config.w,
+            base_model_id=model.config.base_model_id,
+            max_text_length=model.config.max_text_length,
+            provenance=f"trained here with `scripts/train_pacs.py` from `{model_args.model_name_or_path}` "
+            f"(lambda_v={lambda_v}, lambda_t={lambda_t}, loss {model_args.loss}); final metrics: {final_metrics}",
+        )
+        (directory / "README.md").write_text(card, encoding="utf-8")
+        (directory / "README.md").chmod(0o644)
+        return
     large = model.config.backbone_config.vision_config.hidden_size >= 1024
     variant = {
         ("pac_s_pp", False): "pac_s_pp_vit_b32",
