@@ -25,6 +25,8 @@ PRETRAINED_MODELS = {
 }
 DEFAULT_MODEL = "pac_s_pp_vit_b32"
 TINY_MODEL_PREFIX = "tiny"
+# Aliases of the tiny random models (each optionally followed by ":clip_s" / ":pac_s") and their backbones.
+TINY_BACKBONES = {TINY_MODEL_PREFIX: "clip", "tiny-siglip": "siglip", "tiny-siglip2": "siglip2"}
 DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
@@ -46,16 +48,16 @@ def resolve_device(device: str | None = None) -> torch.device:
 TINY_SEED = 1
 
 
-def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
-    """A random tiny model saved once per variant under the user's cache (offline smoke runs, tests)."""
+def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> Path:
+    """A random tiny model saved once per variant and backbone under the user's cache (offline smoke runs, tests)."""
     from .tiny import make_tiny_model
 
     cache = Path(os.environ.get("PACS_PP_CACHE", Path.home() / ".cache" / "pacs_pp"))
-    directory = cache / f"tiny-{variant}-seed{TINY_SEED}"
+    directory = cache / f"tiny-{'' if backbone == 'clip' else backbone + '-'}{variant}-seed{TINY_SEED}"
     if not (directory / "config.json").is_file():
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
-        make_tiny_model(temporary, variant=variant, seed=TINY_SEED)
+        make_tiny_model(temporary, variant=variant, seed=TINY_SEED, backbone=backbone)
         try:
             temporary.rename(directory)  # atomic: concurrent builders never see a half-written directory
         except OSError:
@@ -66,18 +68,19 @@ def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
 def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None) -> PACSModel:
     """Load a PACSModel from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory.
 
-    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`) builds a random 32-dim model for offline smoke runs: its
-    scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S, and so
-    do plain SigLIP ones (`google/siglip-base-patch16-224`, `google/siglip2-base-patch16-224`) with SigLIP's own
-    pipelines; SigLIP 2 NaFlex checkpoints are refused with an explanation.
+    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`; `"tiny-siglip"`, `"tiny-siglip2"` for SigLIP backbones)
+    builds a random 32-dim model for offline smoke runs: its scores are meaningless, and a warning says so. Plain
+    CLIP checkpoints (model_type `clip`) give CLIP-S, and so do plain SigLIP ones (`google/siglip-base-patch16-224`,
+    `google/siglip2-base-patch16-224`) with SigLIP's own pipelines; SigLIP 2 NaFlex checkpoints are refused with an
+    explanation.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if model == TINY_MODEL_PREFIX or model.startswith(TINY_MODEL_PREFIX + ":"):
-        variant = model.partition(":")[2] or "pac_s_pp"
-        logger.warning("model 'tiny' has RANDOM weights: its scores are meaningless (smoke tests only)")
-        model = str(tiny_model_directory(variant))
+    name, _, variant = model.partition(":")
+    if name in TINY_BACKBONES:
+        logger.warning(f"model '{name}' has RANDOM weights: its scores are meaningless (smoke tests only)")
+        model = str(tiny_model_directory(variant or "pac_s_pp", TINY_BACKBONES[name]))
     name_or_path = PRETRAINED_MODELS.get(model, model)
     model_type = _plain_model_type(name_or_path)
     if model_type == "clip":
