@@ -118,6 +118,15 @@ def backbone_family(backbone_config: PreTrainedConfig) -> str:
             "this SigLIP backbone has no vision pooling head (vision_use_head=False), so it has no image embedding: "
             "use a SigLIP checkpoint trained for image-text matching (e.g. google/siglip-base-patch16-224)"
         )
+    if (
+        model_type == "siglip"
+        and backbone_config.text_config.projection_size != backbone_config.vision_config.hidden_size
+    ):
+        raise ValueError(
+            f"this SigLIP backbone's text head outputs {backbone_config.text_config.projection_size} dimensions and "
+            f"its image head {backbone_config.vision_config.hidden_size}: set text_config.projection_size to the "
+            "vision hidden_size so that both embeddings live in one space"
+        )
     return model_type
 
 

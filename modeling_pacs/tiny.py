@@ -211,6 +211,7 @@ def vit_b32_siglip_config(tokenizer: PreTrainedTokenizerBase) -> SiglipConfig:
         "num_hidden_layers": 12,
         "num_attention_heads": 8,
         "max_position_embeddings": 64,
+        "projection_size": 768,  # SigLIP's text head maps to the vision width
     }
     vision_config = {
         "hidden_size": 768,

@@ -87,6 +87,8 @@ def test_naflex_and_headless_siglip_are_refused_with_an_explanation():
         PACSConfig(backbone_config=Siglip2Config())
     with pytest.raises(ValueError, match="no vision pooling head"):
         PACSConfig(backbone_config=SiglipConfig(vision_config={"vision_use_head": False}))
+    with pytest.raises(ValueError, match="text head outputs 48 dimensions and its image head 32: set"):
+        PACSConfig(backbone_config=SiglipConfig(text_config={"projection_size": 48}, vision_config={"hidden_size": 32}))
     with pytest.raises(ValueError, match=r"backbone model_type 'bert' is not supported.*clip.*siglip"):
         PACSConfig(backbone_config={"model_type": "bert"})
 
