@@ -221,6 +221,12 @@ class PACSModel(PACSPreTrainedModel):
         model = cls(config)
         model.clip = siglip
         model.tokenizer = AutoTokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
+        if type(model.tokenizer).__name__.startswith("Gemma"):
+            # A SigLIP 2 checkpoint: it was trained on lowercased text, which the Hub's GemmaTokenizer does not do and
+            # transformers' Siglip2Tokenizer (same vocabulary) does.
+            from transformers import Siglip2Tokenizer
+
+            model.tokenizer = Siglip2Tokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
         return model.eval()
 
     def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):

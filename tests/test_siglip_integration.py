@@ -101,5 +101,24 @@ def test_tiny_siglip_aliases_and_plain_siglip_checkpoints(tmp_path, images):
         load_model(str(naflex))
 
 
+def test_a_siglip2_checkpoint_with_the_hubs_gemma_tokenizer_gets_lowercasing(tmp_path):
+    """SigLIP 2 checkpoints name `GemmaTokenizer`, which does not lowercase; SigLIP 2 was trained on lowercase text."""
+    from transformers import GemmaTokenizer, Siglip2Tokenizer
+
+    from modeling_pacs.tiny import tiny_gemma_bpe
+
+    tiny = load_model("tiny-siglip2:clip_s")
+    plain = tmp_path / "siglip2-checkpoint"
+    tiny.clip.save_pretrained(plain)
+    vocab, merges = tiny_gemma_bpe()
+    GemmaTokenizer(vocab=dict(vocab), merges=list(merges)).save_pretrained(plain)
+    wrapped = PACSModel.from_siglip(str(plain))
+    assert type(wrapped.tokenizer).__name__ == "Siglip2Tokenizer"
+    expected = Siglip2Tokenizer(vocab=dict(vocab), merges=list(merges))(
+        ["a dog on the grass"], padding="max_length", max_length=64
+    )
+    assert wrapped.tokenize(["A Dog ON the GRASS"])["input_ids"].tolist() == expected["input_ids"]
+
+
 def test_tiny_siglip_scores_are_not_degenerate(expected):
     assert np.count_nonzero(expected.scores.numpy()) >= 3
