@@ -36,6 +36,8 @@ setup(
     extras_require={
         "train": ["datasets>=3.0", "accelerate>=1.0", "scipy"],
         "video": ["av>=12"],
+        # SigLIP's tokenizer is sentencepiece-based (SiglipTokenizer); SigLIP 2's needs only `tokenizers`.
+        "siglip": ["sentencepiece>=0.2", "protobuf"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },
