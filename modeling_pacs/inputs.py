@@ -219,6 +219,8 @@ def preprocess_image_squashed(
 ) -> torch.Tensor:
     """SigLIP's pipeline on an RGB PIL image: bicubic resize to `height x width` (aspect ratio not kept, no crop),
     scale to `[0, 1]`, normalise; as `SiglipImageProcessor` does."""
+    if height <= 0 or width <= 0:
+        raise ValueError(f"the image size must be positive, got height={height}, width={width}")
     if image.size != (width, height):
         image = image.resize((width, height), PIL.Image.BICUBIC)
     pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255)

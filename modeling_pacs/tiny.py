@@ -180,6 +180,11 @@ def tiny_siglip_config(
 ) -> SiglipConfig:
     """A SigLIP config for `tokenizer` with 224 px images and 32 px patches but 32-dim, 2-layer towers and a 64-token
     context."""
+    if min(hidden_size, num_layers, image_size, patch_size) <= 0 or hidden_size % 4 or image_size % patch_size:
+        raise ValueError(
+            f"tiny SigLIP sizes must be positive, hidden_size a multiple of 4 (heads) and image_size of patch_size: "
+            f"got hidden_size={hidden_size}, num_layers={num_layers}, image_size={image_size}, patch_size={patch_size}"
+        )
     tower = {
         "hidden_size": hidden_size,
         "intermediate_size": 4 * hidden_size,

@@ -17,7 +17,7 @@ from transformers import Siglip2Config, SiglipConfig, SiglipImageProcessorPil
 from modeling_pacs import PACSConfig, PACSModel
 from modeling_pacs.backbones import multihead_attention_projections
 from modeling_pacs.inputs import load_and_preprocess_squashed
-from modeling_pacs.tiny import make_tiny_model, tiny_clip_config
+from modeling_pacs.tiny import build_siglip_tokenizer, make_tiny_model, tiny_clip_config, tiny_siglip_config
 from tests.helpers import assert_scores_close, random_image
 
 BACKBONES = ["siglip", "siglip2"]
@@ -176,6 +176,13 @@ def test_preprocessing_equals_siglip_image_processor(mode):
         ours = load_and_preprocess_squashed(image, seed, 224, 160, (0.5,) * 3, (0.5,) * 3)
         assert ours.shape == expected.shape == (3, 224, 160)
         torch.testing.assert_close(ours, expected, atol=1e-6, rtol=0, msg=f"{mode} {size}")
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ValueError, match="the image size must be positive, got height=0, width=224"):
+        load_and_preprocess_squashed(random_image(0), 0, 0, 224, (0.5,) * 3, (0.5,) * 3)
+    with pytest.raises(ValueError, match="got hidden_size=30, num_layers=2, image_size=224, patch_size=32"):
+        tiny_siglip_config(build_siglip_tokenizer(), hidden_size=30)
 
 
 def test_preprocessing_equals_the_torchvision_siglip_image_processor():
