@@ -39,6 +39,8 @@ setup(
         "benchmarks": ["scipy", "matplotlib"],
         # scripts/generate_synthetic.py: Stable Diffusion (BLIP comes with transformers)
         "generate": ["diffusers>=0.30", "datasets>=3.0", "accelerate>=1.0", "pyarrow"],
+        # SigLIP's tokenizer is sentencepiece-based (SiglipTokenizer); SigLIP 2's needs only `tokenizers`.
+        "siglip": ["sentencepiece>=0.2", "protobuf"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },

@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None):
     tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
+    tiny.add_argument("--backbone", choices=["clip", "siglip", "siglip2"], default="clip", help="tiny towers' family")
     from .convert import build_parser as build_convert_parser
 
     build_convert_parser(commands.add_parser("convert", help="convert an official PAC-S / PAC-S++ checkpoint"))
@@ -370,8 +371,8 @@ def main(argv: list[str] | None = None):
             raise SystemExit(f"pacs-pp make-tiny: error: {error}") from None
         if args.output.is_dir() and any(args.output.iterdir()):
             shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
-        make_tiny_model(args.output, variant=args.variant, seed=args.seed)
-        print(f"tiny {args.variant} model (random weights) saved to {args.output}")
+        make_tiny_model(args.output, variant=args.variant, seed=args.seed, backbone=args.backbone)
+        print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
     elif args.command == "convert":
         from .convert import run_conversion
 

@@ -5,8 +5,10 @@ import math
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .backbones import CLIP_DEFAULT_W, backbone_spec, default_max_text_length, default_w
+
 # Metric variants and their default w (SPEC §1: PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official PAC-S code).
-VARIANT_DEFAULT_W = {"clip_s": 2.5, "pac_s": 2.0, "pac_s_pp": 2.5}
+VARIANT_DEFAULT_W = CLIP_DEFAULT_W
 # Display names of the reference-free and reference-based scores of each variant.
 VARIANT_SCORE_NAMES = {
     "clip_s": ("CLIP-S", "RefCLIP-S"),
@@ -24,16 +26,20 @@ class PACSConfig(PreTrainedConfig):
 
     Args:
         backbone_config (`dict` or `CLIPConfig`, *optional*):
-            Configuration of the dual encoder. Stored as a sub-config resolved through `AutoConfig`, so other
-            backbones (SigLIP, SigLIP2) can be added without changing this class. Defaults to CLIP ViT-B/32.
+            Configuration of the dual encoder, resolved through `AutoConfig`: CLIP (`model_type` `clip`) or SigLIP
+            (`siglip`, which includes the fixed-resolution SigLIP 2 checkpoints; see `backbones.py`). Defaults to
+            CLIP ViT-B/32.
         variant (`str`, *optional*, defaults to `"pac_s_pp"`):
             `"clip_s"`, `"pac_s"` or `"pac_s_pp"`. Chooses the default `w` and the names of the scores.
         w (`float`, *optional*):
-            Rescaling weight of Eq. 4. Defaults to 2.5 for CLIP-S and PAC-S++ ViT-B/32, 2.0 for PAC-S.
-        prompt_prefix (`str`, *optional*, defaults to `"A photo depicts "`):
-            Prepended to every candidate and reference before tokenisation (may be empty).
-        max_text_length (`int`, *optional*, defaults to 77):
-            Context length; longer texts are truncated keeping the end-of-text token in the last position.
+            Rescaling weight of Eq. 4. Defaults to 2.5 for CLIP-S and PAC-S++, 2.0 for PAC-S, on every backbone
+            (`backbones.BACKBONE_DEFAULT_W`).
+        prompt_prefix (`str`, *optional*):
+            Prepended to every candidate and reference before tokenisation (may be empty). Defaults to
+            `"A photo depicts "` for CLIP and to no prompt for SigLIP.
+        max_text_length (`int`, *optional*):
+            Context length; longer texts are truncated keeping the end-of-text token in the last position. Defaults
+            to 77 for CLIP and to the text tower's `max_position_embeddings` (64) for SigLIP.
         adapter_path (`str`, *optional*):
             Where the PEFT LoRA adapter lives: a sub-folder of the model directory, an absolute path, or a Hub id.
             `None` means the weights already contain everything (CLIP-S, PAC-S, or a merged PAC-S++).
@@ -63,8 +69,8 @@ class PACSConfig(PreTrainedConfig):
     backbone_config: dict | PreTrainedConfig | None = None
     variant: str = "pac_s_pp"
     w: float | None = None
-    prompt_prefix: str = "A photo depicts "
-    max_text_length: int = 77
+    prompt_prefix: str | None = None
+    max_text_length: int | None = None
     adapter_path: str | None = "adapter"
     merge_adapter: bool = True
     lora_rank: int = 4
@@ -75,17 +81,6 @@ class PACSConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.variant not in VARIANT_DEFAULT_W:
             raise ValueError(f"variant must be one of {sorted(VARIANT_DEFAULT_W)}, got {self.variant!r}")
-        if self.w is None:
-            self.w = VARIANT_DEFAULT_W[self.variant]
-        for name in ("w", "lora_alpha"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("max_text_length", "lora_rank"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "max_text_length" else 1):
-                minimum = 2 if name == "max_text_length" else 1
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         if self.lora_target_modules is None:
             self.lora_target_modules = list(DEFAULT_LORA_TARGET_MODULES)
         if self.backbone_config is None:
@@ -93,6 +88,22 @@ class PACSConfig(PreTrainedConfig):
         elif isinstance(self.backbone_config, dict):
             backbone = dict(self.backbone_config)
             self.backbone_config = AutoConfig.for_model(backbone.pop("model_type", "clip"), **backbone)
+        spec = backbone_spec(self.backbone_config)
+        if self.w is None:
+            self.w = default_w(self.backbone_config, self.variant)
+        if self.prompt_prefix is None:
+            self.prompt_prefix = spec.default_prompt_prefix
+        if self.max_text_length is None:
+            self.max_text_length = default_max_text_length(self.backbone_config)
+        for name in ("w", "lora_alpha"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        for name in ("max_text_length", "lora_rank"):
+            value = getattr(self, name)
+            minimum = 2 if name == "max_text_length" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
         super().__post_init__(**kwargs)
 
     @property

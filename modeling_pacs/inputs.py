@@ -165,11 +165,23 @@ def array_to_pil(array: np.ndarray, index: int) -> PIL.Image.Image:
     return PIL.Image.fromarray(np.clip(array, 0, 255).astype(np.uint8))
 
 
-def load_image(image: ImageInput, index: int = 0) -> PIL.Image.Image:
+def to_rgb_on_white(image: PIL.Image.Image) -> PIL.Image.Image:
+    """transformers' `convert_to_rgb`: transparency is composited onto white; other modes go through `to_rgb`."""
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        image = image.convert("RGBA")
+        background = PIL.Image.new("RGBA", image.size, (255, 255, 255, 255))
+        return PIL.Image.alpha_composite(background, image).convert("RGB")
+    return to_rgb(image)
+
+
+def load_image(image: ImageInput, index: int = 0, composite_alpha: bool = False) -> PIL.Image.Image:
     """Decode one image input (path, bytes, PIL image, array, or a `datasets.Image` dict) into RGB.
 
-    Errors name the item index and the input, e.g. `image 3 ('cat.jpg') does not exist`.
+    Transparency is dropped, as torchvision does, or with `composite_alpha=True` composited onto white, as
+    transformers' image processors do. Errors name the item index and the input, e.g.
+    `image 3 ('cat.jpg') does not exist`.
     """
+    convert = to_rgb_on_white if composite_alpha else to_rgb
     if isinstance(image, dict):
         image = image["bytes"] if image.get("bytes") is not None else image.get("path")
     if isinstance(image, (str, os.PathLike)):
@@ -179,22 +191,22 @@ def load_image(image: ImageInput, index: int = 0) -> PIL.Image.Image:
         try:
             with PIL.Image.open(path) as opened:
                 opened.load()
-                return to_rgb(opened)
+                return convert(opened)
         except (OSError, ValueError, PIL.Image.DecompressionBombError) as error:
             raise ValueError(f"image {index} ('{path}') could not be decoded: {error}") from error
     if isinstance(image, (bytes, bytearray, memoryview)):
         try:
             with PIL.Image.open(io.BytesIO(bytes(image))) as opened:
                 opened.load()
-                return to_rgb(opened)
+                return convert(opened)
         except (OSError, ValueError, PIL.Image.DecompressionBombError) as error:
             raise ValueError(f"image {index} ({len(image)} bytes) could not be decoded: {error}") from error
     if isinstance(image, PIL.Image.Image):
-        return to_rgb(image)
+        return convert(image)
     if isinstance(image, torch.Tensor):
         image = image.detach().cpu().numpy()
     if isinstance(image, np.ndarray):
-        return to_rgb(array_to_pil(image, index))
+        return convert(array_to_pil(image, index))
     raise TypeError(
         f"image {index} has unsupported type {type(image).__name__}: pass a path, bytes, a PIL image or an array"
     )
@@ -241,6 +253,26 @@ def load_and_preprocess(image: ImageInput, index: int, size: int) -> torch.Tenso
     return preprocess_image(decoded, size)
 
 
+def preprocess_image_squashed(
+    image: PIL.Image.Image, height: int, width: int, mean: Sequence[float], std: Sequence[float]
+) -> torch.Tensor:
+    """SigLIP's pipeline on an RGB PIL image: bicubic resize to `height x width` (aspect ratio not kept, no crop),
+    scale to `[0, 1]`, normalise; as `SiglipImageProcessor` does."""
+    if height <= 0 or width <= 0:
+        raise ValueError(f"the image size must be positive, got height={height}, width={width}")
+    if image.size != (width, height):
+        image = image.resize((width, height), PIL.Image.BICUBIC)
+    pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255)
+    return (pixels - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+
+
+def load_and_preprocess_squashed(
+    image: ImageInput, index: int, height: int, width: int, mean: Sequence[float], std: Sequence[float]
+) -> torch.Tensor:
+    """Decode (transparency onto white) and preprocess one image into a `[3, height, width]` tensor, SigLIP-style."""
+    return preprocess_image_squashed(load_image(image, index, composite_alpha=True), height, width, mean, std)
+
+
 __all__ = [
     "OPENAI_CLIP_MEAN",
     "OPENAI_CLIP_STD",
@@ -252,7 +284,10 @@ __all__ = [
     "describe_image",
     "image_key",
     "load_and_preprocess",
+    "load_and_preprocess_squashed",
     "load_image",
     "prepare_caption",
     "preprocess_image",
+    "preprocess_image_squashed",
+    "to_rgb_on_white",
 ]

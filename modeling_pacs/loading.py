@@ -28,6 +28,8 @@ PRETRAINED_MODELS = {
 }
 DEFAULT_MODEL = "pac_s_pp_vit_b32"
 TINY_MODEL_PREFIX = "tiny"
+# Aliases of the tiny random models (each optionally followed by ":clip_s" / ":pac_s") and their backbones.
+TINY_BACKBONES = {TINY_MODEL_PREFIX: "clip", "tiny-siglip": "siglip", "tiny-siglip2": "siglip2"}
 DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
@@ -65,20 +67,20 @@ def resolve_device(device: str | None = None) -> torch.device:
 TINY_SEED = 1
 
 
-def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
-    """A random tiny model saved once per variant under the user's cache (offline smoke runs, tests)."""
+def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> Path:
+    """A random tiny model saved once per variant and backbone under the user's cache (offline smoke runs, tests)."""
     from .polos.tiny import make_tiny_polos_model
     from .tiny import make_tiny_model
 
     cache = Path(os.environ.get("PACS_PP_CACHE", Path.home() / ".cache" / "pacs_pp"))
-    directory = cache / f"tiny-{variant}-seed{TINY_SEED}"
+    directory = cache / f"tiny-{'' if backbone == 'clip' else backbone + '-'}{variant}-seed{TINY_SEED}"
     if not (directory / "config.json").is_file():
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
         if variant == "polos":
             make_tiny_polos_model(temporary, seed=TINY_SEED)
         else:
-            make_tiny_model(temporary, variant=variant, seed=TINY_SEED)
+            make_tiny_model(temporary, variant=variant, seed=TINY_SEED, backbone=backbone)
         try:
             temporary.rename(directory)  # atomic: concurrent builders never see a half-written directory
         except OSError:
@@ -89,24 +91,29 @@ def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
 def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None) -> PACSModel:
     """Load a PACSModel from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory.
 
-    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`) builds a random 32-dim model for offline smoke runs: its
-    scores are meaningless, and a warning says so; `"tiny:polos"` a random Polos. Plain CLIP checkpoints
-    (model_type `clip`) give CLIP-S; Polos directories (model_type `polos`) a `PolosModel`.
+    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`; `"tiny-siglip"`, `"tiny-siglip2"` for SigLIP backbones)
+    builds a random 32-dim model for offline smoke runs: its scores are meaningless, and a warning says so. Plain
+    CLIP checkpoints (model_type `clip`) give CLIP-S, and so do plain SigLIP ones (`google/siglip-base-patch16-224`,
+    `google/siglip2-base-patch16-224`) with SigLIP's own pipelines; SigLIP 2 NaFlex checkpoints are refused with an
+    explanation. `"tiny:polos"` builds a random Polos; Polos directories (model_type `polos`) load as `PolosModel`.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")
     if dtype is not None and dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if model == TINY_MODEL_PREFIX or model.startswith(TINY_MODEL_PREFIX + ":"):
-        variant = model.partition(":")[2] or "pac_s_pp"
-        logger.warning("model 'tiny' has RANDOM weights: its scores are meaningless (smoke tests only)")
-        model = str(tiny_model_directory(variant))
+    name, _, variant = model.partition(":")
+    if name in TINY_BACKBONES:
+        logger.warning(f"model '{name}' has RANDOM weights: its scores are meaningless (smoke tests only)")
+        model = str(tiny_model_directory(variant or "pac_s_pp", TINY_BACKBONES[name]))
     name_or_path = PRETRAINED_MODELS.get(model, model)
-    if _is_plain_clip(name_or_path):
+    model_type = _plain_model_type(name_or_path)
+    if model_type == "clip":
         loaded = PACSModel.from_clip(name_or_path, dtype=torch.float32)
-    elif _is_polos(name_or_path):
+    elif model_type == "polos":
         loaded = PolosModel.from_pretrained(name_or_path, dtype=torch.float32)
+    elif model_type in ("siglip", "siglip2"):
+        loaded = PACSModel.from_siglip(name_or_path, dtype=torch.float32)
     else:
         loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32)
     loaded = loaded.to(resolve_device(device)).eval()
@@ -115,16 +122,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     return loaded
 
 
-def _is_plain_clip(name_or_path: str) -> bool:
+def _plain_model_type(name_or_path: str) -> str | None:
     try:
-        return AutoConfig.from_pretrained(name_or_path).model_type == "clip"
+        return AutoConfig.from_pretrained(name_or_path).model_type
     except (OSError, ValueError):
-        return False  # PACSModel.from_pretrained then raises the explanatory error
-
-
-def _is_polos(name_or_path: str) -> bool:
-    """A Polos directory or Hub repository (`model_type: polos`): loaded as a `PolosModel`."""
-    try:
-        return AutoConfig.from_pretrained(name_or_path).model_type == "polos"
-    except (OSError, ValueError):
-        return False
+        return None  # PACSModel.from_pretrained then raises the explanatory error

@@ -293,5 +293,57 @@ def render_model_card(
     return f"---\n{front_matter}---\n\n" + "\n\n".join(sections) + "\n"
 
 
+def render_siglip_model_card(
+    *, repo_id: str, variant: str, w: float, base_model_id: str, max_text_length: int, provenance: str
+) -> str:
+    """The README.md of a PAC-S / PAC-S++ model trained here on a SigLIP (or fixed-resolution SigLIP 2) backbone.
+
+    Example:
+
+    ```python
+    >>> card = render_siglip_model_card(repo_id="me/pacs-siglip", variant="pac_s_pp", w=2.5,
+    ...     base_model_id="google/siglip-base-patch16-224", max_text_length=64, provenance="trained here")
+    >>> "base_model: google/siglip-base-patch16-224" in card
+    True
+    ```
+    """
+    is_pp = variant == "pac_s_pp"
+    score_name, ref_score_name = ("PAC-S++", "RefPAC-S++") if is_pp else ("PAC-S", "RefPAC-S")
+    metadata = {
+        "library_name": "transformers",
+        "tags": ["image-captioning", "captioning-evaluation", "evaluation-metric", "siglip", "pac-s"]
+        + (["pac-s-pp", "lora", "peft"] if is_pp else [])
+        + ["custom_code"],
+        "base_model": base_model_id,
+    }
+    front_matter = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, width=1000)
+    trained = "LoRA adapters (rank 4) in both towers" if is_pp else "its pooling heads"
+    sections = [
+        f"# {score_name} / {ref_score_name} on SigLIP (`{base_model_id}`)",
+        f"A captioning metric: SigLIP with {trained} fine-tuned by positive-augmented contrastive learning "
+        f"(PAC-S++, Sarto, Moratelli et al., [arXiv:2410.07336]({PAC_S_PP_PAPER_URL}), Table 8 uses SigLIP and "
+        "SigLIP 2 backbones). No results are reported for this model.",
+        "## What the metric computes",
+        f"- Reference-free (Eq. 4): `w * max(cos(E_v(v), E_t(t)), 0)` with **w = {w}**; SigLIP's logit bias is not "
+        "used.\n"
+        f"- Reference-based (Eq. 5): the harmonic mean of Eq. 4 and `max(0, max_r cos(E_t(t), E_t(r)))`.\n"
+        f"- SigLIP's own pipelines: captions as given (no prompt), padded to {max_text_length} tokens; images resized "
+        "to the square input size (no crop), normalised with mean = std = 0.5, transparency composited onto white.",
+        "## Usage",
+        "```python\nimport torch\nfrom transformers import AutoModel\n\n"
+        f'model = AutoModel.from_pretrained("{repo_id}", trust_remote_code=True, dtype=torch.float32).eval()\n'
+        'out = model.score(["cat.jpg"], ["a cat sleeping on a sofa"], references=[["a cat on a couch"]])\n```',
+        "## Provenance",
+        f"Weights {provenance}.",
+        "## Limitations",
+        f"- Texts longer than {max_text_length} tokens are truncated. Scores are comparable only within one model "
+        "and one w.\n"
+        f"- License: check the terms of the base model `{base_model_id}` before redistributing.",
+        "## Citation",
+        f"```bibtex\n{CITATION}\n```",
+    ]
+    return f"---\n{front_matter}---\n\n" + "\n\n".join(sections) + "\n"
+
+
 if __name__ == "__main__":
     print(render_model_card("pac_s_pp_vit_b32"), end="")

@@ -14,6 +14,14 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
+from .backbones import (
+    backbone_family,
+    backbone_spec,
+    embedding_dim,
+    encode_image_batch,
+    encode_text_batch,
+    image_preprocessor,
+)
 from .configuration_pacs import PACSConfig
 from .inputs import (
     ImageInput,
@@ -21,7 +29,6 @@ from .inputs import (
     check_positive_int,
     check_references,
     image_key,
-    load_and_preprocess,
     prepare_caption,
 )
 from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
@@ -41,7 +48,8 @@ class PACSTextFeatures(ModelOutput):
         text_embeds (`torch.FloatTensor` of shape `(batch_size, projection_dim)`):
             Projected hidden state at the end-of-text position (the caption embedding `E_t(t)`).
         token_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, projection_dim)`, *optional*):
-            `text_projection(final_layer_norm(hidden_states))` at every position (SPEC §2, Eq. 8), unnormalised.
+            `text_projection(final_layer_norm(hidden_states))` at every position (SPEC §2, Eq. 8), unnormalised;
+            for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
         attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             1 from start-of-text through end-of-text, 0 on padding.
         input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
@@ -187,6 +195,44 @@ class PACSModel(PACSPreTrainedModel):
         check_tokenizer(model.tokenizer, config.backbone_config, clip_name_or_path)
         return model.eval()
 
+    @classmethod
+    def from_siglip(cls, siglip_name_or_path: str, variant: str = "clip_s", **kwargs) -> "PACSModel":
+        """Wrap a plain transformers SigLIP checkpoint (e.g. `google/siglip-base-patch16-224`, or a fixed-resolution
+        SigLIP 2 one such as `google/siglip2-base-patch16-224`) with SigLIP's own pipelines (`backbones.py`)."""
+        from transformers import AutoConfig
+
+        hub_kwargs = {
+            key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs
+        }
+        try:
+            backbone_config = AutoConfig.from_pretrained(siglip_name_or_path, **hub_kwargs)
+            backbone_family(backbone_config)  # refuses NaFlex and other backbones before loading any weights
+            siglip = AutoModel.from_pretrained(siglip_name_or_path, **kwargs)
+        except OSError as error:
+            if Path(siglip_name_or_path).is_dir():
+                raise
+            raise OSError(missing_weights_message(siglip_name_or_path)) from error
+        base_model_id = siglip_name_or_path
+        if Path(siglip_name_or_path).is_dir():
+            base_model_id = Path(siglip_name_or_path).resolve().name  # never a local path in a published adapter
+            logger.warning(
+                f"base_model_id is '{base_model_id}' (the directory's name): set config.base_model_id to the "
+                "backbone's Hub id before publishing an adapter trained on it"
+            )
+        config = PACSConfig(
+            backbone_config=siglip.config, variant=variant, adapter_path=None, base_model_id=base_model_id
+        )
+        model = cls(config)
+        model.clip = siglip
+        model.tokenizer = AutoTokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
+        if type(model.tokenizer).__name__.startswith("Gemma"):
+            # A SigLIP 2 checkpoint: it was trained on lowercased text, which the Hub's GemmaTokenizer does not do and
+            # transformers' Siglip2Tokenizer (same vocabulary) does.
+            from transformers import Siglip2Tokenizer
+
+            model.tokenizer = Siglip2Tokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
+        return model.eval()
+
     def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):
         """Load the PEFT LoRA adapter of `config.adapter_path` into the backbone; merge it unless `merge=False`.
 
@@ -262,19 +308,29 @@ class PACSModel(PACSPreTrainedModel):
 
     # ------------------------------------------------------------------------------------------------ encoding
     def tokenize(self, captions: list[str]) -> dict[str, torch.Tensor]:
-        """Prefix, clean and tokenize captions; pad to the longest, truncate keeping end-of-text last."""
+        """Prefix, clean and tokenize captions; truncate keeping end-of-text last.
+
+        CLIP: captions are cleaned as the original tokenizer does and padded to the longest. SigLIP: captions are
+        passed as given and padded to `max_text_length`, as the model was trained (`backbones.py`). The attention
+        mask marks the real tokens (SigLIP's text tower is run without it).
+        """
         if self.tokenizer is None:
             raise ValueError(
                 "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
                 "AutoTokenizer.from_pretrained(...)"
             )
-        texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+        spec = backbone_spec(self.config.backbone_config)
+        if spec.clean_text:
+            texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+        else:
+            texts = [self.config.prompt_prefix + caption for caption in captions]
         return self.tokenizer(
             texts,
-            padding="longest",
+            padding=spec.text_padding,
             truncation=True,
             max_length=self.config.max_text_length,
             return_tensors="pt",
+            return_attention_mask=True,
         )
 
     def encode_texts(
@@ -294,25 +350,28 @@ class PACSModel(PACSPreTrainedModel):
         batch_size = check_positive_int(batch_size, "text batch_size")
         tokens = self.tokenize(captions) if captions else None
         if tokens is None:
-            empty = torch.zeros(0, self.config.backbone_config.projection_dim)
+            empty = torch.zeros(0, embedding_dim(self.config.backbone_config))
             return PACSTextFeatures(text_embeds=empty) if return_tokens else empty
         lengths = tokens["attention_mask"].sum(dim=1)
         order = torch.argsort(lengths, descending=True, stable=True)
-        text_embeds = torch.empty(len(captions), self.config.backbone_config.projection_dim)
+        text_embeds = torch.empty(len(captions), embedding_dim(self.config.backbone_config))
+        family = backbone_family(self.config.backbone_config)
+        # SigLIP pools the last position: its texts keep the length they were tokenised to.
+        trim_padding = backbone_spec(self.config.backbone_config).text_padding == "longest"
+        full_length = tokens["input_ids"].shape[1]
         token_embeds = None
         if return_tokens:
             token_embeds = torch.zeros(len(captions), tokens["input_ids"].shape[1], text_embeds.shape[1])
         batches = list(torch.split(order, batch_size))
         with torch.inference_mode():
             for batch in self.progress_bar(batches, "encoding texts", len(captions), progress):
-                length = int(lengths[batch].max())
+                length = int(lengths[batch].max()) if trim_padding else full_length
                 input_ids = tokens["input_ids"][batch, :length].to(self.device)
                 attention_mask = tokens["attention_mask"][batch, :length].to(self.device)
-                outputs = self.clip.text_model(input_ids=input_ids, attention_mask=attention_mask)
-                text_embeds[batch] = self.clip.text_projection(outputs.pooler_output).float().cpu()
+                pooled, projected = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens)
+                text_embeds[batch] = pooled.float().cpu()
                 if return_tokens:
-                    projected = self.clip.text_projection(outputs.last_hidden_state).float().cpu()
-                    token_embeds[batch, :length] = projected
+                    token_embeds[batch, :length] = projected.float().cpu()
         if not return_tokens:
             return text_embeds
         return PACSTextFeatures(
@@ -340,18 +399,18 @@ class PACSModel(PACSPreTrainedModel):
         if num_workers is not None:
             num_workers = check_positive_int(num_workers, "num_workers")
         item_indices = item_indices or list(range(len(images)))
-        size = self.config.backbone_config.vision_config.image_size
-        embeds = torch.empty(len(images), self.config.backbone_config.projection_dim)
+        preprocess = image_preprocessor(self.config.backbone_config)
+        family = backbone_family(self.config.backbone_config)
+        embeds = torch.empty(len(images), embedding_dim(self.config.backbone_config))
         num_workers = num_workers or min(8, os.cpu_count() or 1)
         starts = range(0, len(images), batch_size)
-        dtype = self.clip.visual_projection.weight.dtype
+        dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             for start in self.progress_bar(starts, "encoding images", len(images), progress):
                 indices = range(start, min(start + batch_size, len(images)))
-                pixels = list(pool.map(lambda i: load_and_preprocess(images[i], item_indices[i], size), indices))
+                pixels = list(pool.map(lambda i: preprocess(images[i], item_indices[i]), indices))
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
-                outputs = self.clip.vision_model(pixel_values=pixel_values)
-                embeds[start : start + len(indices)] = self.clip.visual_projection(outputs.pooler_output).float().cpu()
+                embeds[start : start + len(indices)] = encode_image_batch(self.clip, family, pixel_values).float().cpu()
         return embeds
 
     # ------------------------------------------------------------------------------------------------ scoring
@@ -428,8 +487,9 @@ class PACSModel(PACSPreTrainedModel):
 
     def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
         """Reference-free scores (Eq. 4) of aligned batches of preprocessed images and tokenized captions."""
-        image_embeds = self.clip.get_image_features(pixel_values=pixel_values).pooler_output
-        text_embeds = self.clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        family = backbone_family(self.config.backbone_config)
+        image_embeds = encode_image_batch(self.clip, family, pixel_values)
+        text_embeds, _ = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens=False)
         return PACSScoreOutput(
             scores=reference_free_score(image_embeds, text_embeds, self.config.w),
             image_text_cosines=cosine_similarity(image_embeds, text_embeds),

@@ -6,14 +6,27 @@ exactly as `clip/simple_tokenizer.py` builds its encoder, so ids match OpenAI's 
 """
 
 import gzip
+import io
 import json
+import random
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import torch
-from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPProcessor, CLIPTokenizer
+from transformers import (
+    CLIPConfig,
+    CLIPImageProcessorPil,
+    CLIPProcessor,
+    CLIPTokenizer,
+    PreTrainedConfig,
+    PreTrainedTokenizerBase,
+    SiglipConfig,
+    SiglipImageProcessorPil,
+    SiglipProcessor,
+)
 
+from .backbones import SIGLIP_MEAN, SIGLIP_STD, backbone_family, multihead_attention_projections
 from .configuration_pacs import PACSConfig
 from .inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from .modeling_pacs import PACSModel
@@ -21,7 +34,7 @@ from .modeling_pacs import PACSModel
 TINY_MODEL_CARD = """---
 license: mit
 library_name: transformers
-base_model: openai/clip-vit-base-patch32
+base_model: {base_model}
 tags:
 - pacs-pp
 - image-captioning-evaluation
@@ -29,9 +42,23 @@ tags:
 ---
 # Tiny random {variant} model (tests and offline smoke runs only)
 
-Built by `modeling_pacs.tiny.make_tiny_model(variant="{variant}", seed={seed})`: CLIP towers of width 32 and 2 layers
-with the real CLIP tokenizer and image pipeline, and RANDOM weights. Its scores are meaningless.
+Built by `modeling_pacs.tiny.make_tiny_model(variant="{variant}", seed={seed}, backbone="{backbone}")`: {towers} towers
+of width 32 and 2 layers with {tokenizer} and the backbone's image pipeline, and RANDOM weights. Its scores are
+meaningless.
 """
+# backbone argument of `make_tiny_model` -> (Hub id of the architecture it imitates, card wording).
+TINY_BACKBONES = {
+    "clip": ("openai/clip-vit-base-patch32", "CLIP", "the real CLIP tokenizer"),
+    "siglip": ("google/siglip-base-patch16-224", "SigLIP", "a SigLIP sentencepiece tokenizer trained in code"),
+    "siglip2": ("google/siglip2-base-patch16-224", "SigLIP 2", "a SigLIP 2 (Gemma BPE) tokenizer trained in code"),
+}
+# Words of the captions that the tiny SigLIP tokenizers are trained on.
+TINY_WORDS = (
+    "a an the of on in with and is are at by dog dogs cat cats man woman person people child children boy girl "
+    "sitting standing running playing riding eating holding looking walking lying red blue green white black brown "
+    "small large young old street park table field water grass beach room kitchen bicycle horse ball car bus train "
+    "photo picture image two three group near next to front top sofa couch house tree sky snow road plate pizza"
+).split()
 BPE_VOCAB_PATH = Path(__file__).parent / "assets" / "bpe_simple_vocab_16e6.txt.gz"
 CLIP_VOCAB_SIZE = 49408
 
@@ -78,6 +105,149 @@ def build_clip_processor() -> CLIPProcessor:
     """A `CLIPProcessor` with the real tokenizer and the torchvision-free image processor."""
     image_processor = CLIPImageProcessorPil(image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD))
     return CLIPProcessor(image_processor=image_processor, tokenizer=build_clip_tokenizer())
+
+
+def tiny_caption_corpus(num_sentences: int = 2000, seed: int = 0) -> list[str]:
+    """Random caption-like sentences over `TINY_WORDS` (training text for the tiny tokenizers)."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(TINY_WORDS) for _ in range(rng.randint(3, 12))) for _ in range(num_sentences)]
+
+
+@lru_cache(maxsize=1)
+def tiny_sentencepiece_model() -> bytes:
+    """A unigram sentencepiece model with SigLIP's special ids (`<pad>` 0, `</s>` 1, `<unk>` 2), trained in code."""
+    import sentencepiece
+
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(tiny_caption_corpus()),
+        model_writer=model,
+        vocab_size=200,
+        hard_vocab_limit=False,
+        model_type="unigram",
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        pad_piece="<pad>",
+        eos_piece="</s>",
+        unk_piece="<unk>",
+        minloglevel=2,
+        num_threads=1,
+    )
+    return model.getvalue()
+
+
+def build_siglip_tokenizer(model_max_length: int = 64) -> PreTrainedTokenizerBase:
+    """transformers' real `SiglipTokenizer` (sentencepiece, lowercasing, punctuation stripped) on a tiny vocabulary."""
+    from transformers import SiglipTokenizer
+
+    with tempfile.TemporaryDirectory() as directory:
+        vocab_file = Path(directory) / "spiece.model"
+        vocab_file.write_bytes(tiny_sentencepiece_model())
+        return SiglipTokenizer(vocab_file=str(vocab_file), model_max_length=model_max_length)
+
+
+@lru_cache(maxsize=1)
+def tiny_gemma_bpe() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Vocabulary and merges of a byte-fallback BPE with Gemma's special tokens, trained in code on lowercase text."""
+    from tokenizers import Tokenizer, models, normalizers, trainers
+
+    special_tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"] + [f"<0x{byte:02X}>" for byte in range(256)]
+    bpe = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    bpe.normalizer = normalizers.Sequence([normalizers.Lowercase(), normalizers.Replace(" ", "▁")])
+    trainer = trainers.BpeTrainer(vocab_size=420, special_tokens=special_tokens, show_progress=False)
+    bpe.train_from_iterator(tiny_caption_corpus(), trainer)
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(merge) if isinstance(merge, list) else tuple(merge.split(" ")) for merge in model["merges"]]
+    return model["vocab"], merges
+
+
+def build_siglip2_tokenizer(model_max_length: int = 64) -> PreTrainedTokenizerBase:
+    """transformers' real `Siglip2Tokenizer` (Gemma BPE, lowercasing) on a tiny vocabulary trained in code."""
+    from transformers.models.siglip2.tokenization_siglip2 import Siglip2Tokenizer
+
+    vocab, merges = tiny_gemma_bpe()
+    return Siglip2Tokenizer(vocab=dict(vocab), merges=list(merges), model_max_length=model_max_length)
+
+
+def tiny_siglip_config(
+    tokenizer: PreTrainedTokenizerBase,
+    hidden_size: int = 32,
+    num_layers: int = 2,
+    image_size: int = 224,
+    patch_size: int = 32,
+) -> SiglipConfig:
+    """A SigLIP config for `tokenizer` with 224 px images and 32 px patches but 32-dim, 2-layer towers and a 64-token
+    context."""
+    if min(hidden_size, num_layers, image_size, patch_size) <= 0 or hidden_size % 4 or image_size % patch_size:
+        raise ValueError(
+            f"tiny SigLIP sizes must be positive, hidden_size a multiple of 4 (heads) and image_size of patch_size: "
+            f"got hidden_size={hidden_size}, num_layers={num_layers}, image_size={image_size}, patch_size={patch_size}"
+        )
+    tower = {
+        "hidden_size": hidden_size,
+        "intermediate_size": 4 * hidden_size,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": 4,
+    }
+    text_config = dict(
+        tower,
+        vocab_size=len(tokenizer),
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    vision_config = dict(tower, image_size=image_size, patch_size=patch_size)
+    return SiglipConfig(text_config=text_config, vision_config=vision_config)
+
+
+def vit_b32_siglip_config(tokenizer: PreTrainedTokenizerBase) -> SiglipConfig:
+    """SigLIP with the tower sizes of `vit_b32_clip_config` (text 512 x 12, vision 768 x 12, 32 px patches), for
+    throughput comparisons with CLIP at equal size."""
+    text_config = {
+        "vocab_size": len(tokenizer),
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "hidden_size": 512,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 8,
+        "max_position_embeddings": 64,
+        "projection_size": 768,  # SigLIP's text head maps to the vision width
+    }
+    vision_config = {
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "patch_size": 32,
+    }
+    return SiglipConfig(text_config=text_config, vision_config=vision_config)
+
+
+def build_tokenizer(backbone: str, model_max_length: int) -> PreTrainedTokenizerBase:
+    """The tokenizer of a tiny model of `backbone` ("clip", "siglip" or "siglip2")."""
+    builders = {"clip": build_clip_tokenizer, "siglip": build_siglip_tokenizer, "siglip2": build_siglip2_tokenizer}
+    if backbone not in builders:
+        raise ValueError(f"backbone must be one of {sorted(builders)}, got {backbone!r}")
+    return builders[backbone](model_max_length)
+
+
+def build_processor(config: PACSConfig, tokenizer: PreTrainedTokenizerBase):
+    """The `AutoProcessor` of a model: CLIP's, or SigLIP's with the backbone's image size."""
+    if backbone_family(config.backbone_config) == "clip":
+        processor = build_clip_processor()
+        processor.tokenizer = tokenizer
+        return processor
+    size = config.backbone_config.vision_config.image_size
+    height, width = (size, size) if isinstance(size, int) else size
+    image_processor = SiglipImageProcessorPil(
+        size={"height": height, "width": width}, image_mean=list(SIGLIP_MEAN), image_std=list(SIGLIP_STD)
+    )
+    return SiglipProcessor(image_processor=image_processor, tokenizer=tokenizer)
 
 
 def tiny_clip_config(
@@ -134,6 +304,7 @@ def add_random_lora(model: PACSModel, seed: int = 0, scale: float = 0.02):
         r=model.config.lora_rank,
         lora_alpha=model.config.lora_alpha,
         target_modules=list(model.config.lora_target_modules),
+        exclude_modules=multihead_attention_projections(model.clip) or None,
         lora_dropout=0.0,
         init_lora_weights=False,
     )
@@ -151,26 +322,46 @@ def make_tiny_model(
     output_dir: str | Path | None = None,
     variant: str = "pac_s_pp",
     seed: int = 0,
-    clip_config: CLIPConfig | None = None,
+    clip_config: PreTrainedConfig | None = None,
+    backbone: str = "clip",
 ) -> PACSModel:
-    """A random PAC-S++ (or CLIP-S / PAC-S) model with the real CLIP tokenizer; saved as a complete HF directory
+    """A random PAC-S++ (or CLIP-S / PAC-S) model with a real tokenizer; saved as a complete HF directory
     (config with `auto_map`, remote code, safetensors weights, PEFT adapter, tokenizer and processor) when
     `output_dir` is given. For tests and offline smoke runs: its scores mean nothing.
+
+    `backbone` is `"clip"` (the real CLIP tokenizer), `"siglip"` (SigLIP towers, `SiglipTokenizer`) or `"siglip2"`
+    (SigLIP towers, as SigLIP 2's fixed-resolution checkpoints, with `Siglip2Tokenizer`); `clip_config` replaces the
+    tiny backbone config (its vocabulary must fit the tokenizer).
     """
+    tokenizer = build_tokenizer(backbone, 77 if backbone == "clip" else 64)
+    if clip_config is None:
+        clip_config = tiny_clip_config() if backbone == "clip" else tiny_siglip_config(tokenizer)
     torch.manual_seed(seed)
     config = PACSConfig(
-        backbone_config=clip_config or tiny_clip_config(),
+        backbone_config=clip_config,
         variant=variant,
         adapter_path="adapter" if variant == "pac_s_pp" else None,
+        base_model_id=TINY_BACKBONES[backbone][0],
     )
     model = PACSModel(config).eval()
-    model.tokenizer = build_clip_tokenizer(config.max_text_length)
+    model.tokenizer = tokenizer
     if variant == "pac_s_pp":
         add_random_lora(model, seed)
     if output_dir is not None:
         save_hub_ready(model, output_dir)
         card = Path(output_dir) / "README.md"
-        card.write_text(TINY_MODEL_CARD.format(variant=variant, seed=seed), encoding="utf-8")
+        base_model, towers, tokenizer_words = TINY_BACKBONES[backbone]
+        card.write_text(
+            TINY_MODEL_CARD.format(
+                variant=variant,
+                seed=seed,
+                backbone=backbone,
+                base_model=base_model,
+                towers=towers,
+                tokenizer=tokenizer_words,
+            ),
+            encoding="utf-8",
+        )
         card.chmod(0o644)
     return model
 
@@ -182,12 +373,22 @@ def save_hub_ready(model: PACSModel, output_dir: str | Path):
     type(model.config).register_for_auto_class()
     type(model).register_for_auto_class("AutoModel")
     model.save_pretrained(output_dir)
-    processor = build_clip_processor()
-    processor.tokenizer = model.tokenizer
-    processor.save_pretrained(output_dir)
+    build_processor(model.config, model.tokenizer).save_pretrained(output_dir)
     for path in output_dir.rglob("*"):
         if path.is_file():
             path.chmod(0o644)
 
 
-__all__ = ["build_clip_processor", "build_clip_tokenizer", "make_tiny_model", "save_hub_ready", "tiny_clip_config"]
+__all__ = [
+    "build_clip_processor",
+    "build_clip_tokenizer",
+    "build_processor",
+    "build_siglip2_tokenizer",
+    "build_siglip_tokenizer",
+    "build_tokenizer",
+    "make_tiny_model",
+    "save_hub_ready",
+    "tiny_clip_config",
+    "tiny_siglip_config",
+    "vit_b32_siglip_config",
+]

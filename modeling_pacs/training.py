@@ -27,8 +27,15 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.utils import ModelOutput, logging
 
-from .configuration_pacs import VARIANT_DEFAULT_W
-from .inputs import load_and_preprocess
+from .backbones import (
+    backbone_family,
+    default_w,
+    encode_image_batch,
+    encode_text_batch,
+    image_preprocessor,
+    multihead_attention_projections,
+    projection_modules,
+)
 from .modeling_pacs import PACSModel
 
 if TYPE_CHECKING:
@@ -43,6 +50,8 @@ SYNTHETIC_CAPTION_COLUMN = "synthetic_caption"
 # Added by `add_row_index` so that decoding errors name the dataset row, not the position in the batch.
 ROW_INDEX_COLUMN = "row_index"
 PATCH_EMBEDDING_MODULE = "patch_embedding"
+# The contrastive term of Eqs. 1-3: InfoNCE as in the paper, or SigLIP's pairwise sigmoid loss (SigLIP backbones).
+LOSS_TYPES = ("info_nce", "sigmoid")
 
 
 # ----------------------------------------------------------------------------------------------------- recipes
@@ -113,6 +122,30 @@ def symmetric_info_nce(
     return (F.cross_entropy(logits, targets) + F.cross_entropy(logits.T, targets)) / 2
 
 
+def sigmoid_contrastive_loss(
+    image_embeds: torch.Tensor, text_embeds: torch.Tensor, logit_scale: torch.Tensor, logit_bias: torch.Tensor
+) -> torch.Tensor:
+    """SigLIP's pairwise sigmoid loss (Zhai et al. 2023, Eq. 1): every image-text pair is a binary problem,
+    `-1/N sum_ij log sigmoid(z_ij (exp(logit_scale) cos_ij + logit_bias))` with `z_ij = 1` on the diagonal, else -1.
+
+    Example:
+
+    ```python
+    >>> import math, torch
+    >>> embeds = torch.eye(2)
+    >>> float(sigmoid_contrastive_loss(embeds, embeds, torch.tensor(0.0), torch.tensor(0.0)))  # doctest: +ELLIPSIS
+    1.0064...
+    >>> (2 * math.log(1 + math.exp(-1)) + 2 * math.log(2)) / 2  # positives have logit 1, negatives 0; N = 2
+    1.0064088680781682
+    ```
+    """
+    image_embeds = F.normalize(image_embeds.float(), dim=-1)
+    text_embeds = F.normalize(text_embeds.float(), dim=-1)
+    logits = logit_scale.float().exp() * image_embeds @ text_embeds.T + logit_bias.float()
+    signs = 2 * torch.eye(logits.shape[0], device=logits.device) - 1
+    return -F.logsigmoid(signs * logits).sum() / logits.shape[0]
+
+
 def pacs_contrastive_loss(
     image_embeds: torch.Tensor,
     text_embeds: torch.Tensor,
@@ -122,6 +155,8 @@ def pacs_contrastive_loss(
     logit_scale: torch.Tensor,
     lambda_v: float,
     lambda_t: float,
+    loss_type: str = "info_nce",
+    logit_bias: torch.Tensor | None = None,
 ) -> PACSLossOutput:
     """Eq. 3: `L(V,T) + lambda_v * L(V',T) + lambda_t * L(V,T')`, each term a symmetric InfoNCE (Eqs. 1, 2).
 
@@ -134,6 +169,8 @@ def pacs_contrastive_loss(
         synthetic_text_embeds: `[N, D]` embeddings of the captions generated from the images.
         logit_scale: CLIP's `logit_scale` parameter (the log of the inverse temperature).
         lambda_v, lambda_t: weights of the synthetic-image and synthetic-caption terms.
+        loss_type: `"info_nce"` (Eq. 1, the paper) or `"sigmoid"` (SigLIP's loss for every term, with `logit_bias`).
+        logit_bias: SigLIP's `logit_bias` parameter; required by the sigmoid loss.
 
     Example:
 
@@ -145,7 +182,20 @@ def pacs_contrastive_loss(
     True
     ```
     """
-    real_loss = symmetric_info_nce(image_embeds, text_embeds, logit_scale)
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}")
+    if loss_type == "sigmoid" and logit_bias is None:
+        raise ValueError(
+            "the sigmoid loss needs the backbone's logit_bias, which only SigLIP models have: use a SigLIP backbone "
+            "or loss_type='info_nce'"
+        )
+
+    def contrastive(images: torch.Tensor, texts: torch.Tensor) -> torch.Tensor:
+        if loss_type == "sigmoid":
+            return sigmoid_contrastive_loss(images, texts, logit_scale, logit_bias)
+        return symmetric_info_nce(images, texts, logit_scale)
+
+    real_loss = contrastive(image_embeds, text_embeds)
     output = PACSLossOutput(loss=real_loss, real_loss=real_loss)
     for weight, images, texts, name, field in (
         (lambda_v, synthetic_image_embeds, text_embeds, "synthetic_image_embeds", "synthetic_image_loss"),
@@ -155,7 +205,7 @@ def pacs_contrastive_loss(
             continue
         if images is None or texts is None:
             raise ValueError(f"{name} is None but its loss weight is {weight}: pass the embeddings or set it to 0")
-        term = symmetric_info_nce(images, texts, logit_scale)
+        term = contrastive(images, texts)
         output[field] = term
         output.loss = output.loss + weight * term
     return output
@@ -221,8 +271,9 @@ class PACSEncoderForTraining(nn.Module):
         self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         clip = self.pacs_model.clip
-        image_embeds = clip.get_image_features(pixel_values=pixel_values).pooler_output
-        text_embeds = clip.get_text_features(input_ids=input_ids, attention_mask=attention_mask).pooler_output
+        family = backbone_family(self.pacs_model.config.backbone_config)
+        image_embeds = encode_image_batch(clip, family, pixel_values)
+        text_embeds, _ = encode_text_batch(clip, family, input_ids, attention_mask, return_tokens=False)
         return image_embeds, text_embeds, clip.logit_scale
 
 
@@ -231,7 +282,10 @@ def prepare_model_for_training(model: PACSModel, recipe: TrainingRecipe) -> PACS
 
     PAC-S++: a fresh PEFT LoRA adapter (config's rank and alpha; r=4, alpha=1) on q/k/v/out, fc1, fc2 of both
     towers and on the vision patch-embedding convolution, stored as `model._peft_model` so `save_pretrained` writes
-    the base weights plus `adapter/`. PAC-S: only `visual_projection` and `text_projection` are trainable.
+    the base weights plus `adapter/`. SigLIP has the same module names; the linears inside its pooling head's
+    `nn.MultiheadAttention` are excluded (it reads their weights directly, so LoRA there would never act), its
+    MLP is adapted. PAC-S: only the projections are trainable (CLIP's `visual_projection` and `text_projection`;
+    SigLIP's pooling head and text `head`).
 
     Example:
 
@@ -249,21 +303,25 @@ def prepare_model_for_training(model: PACSModel, recipe: TrainingRecipe) -> PACS
         )
     model.requires_grad_(False)
     model.config.variant = recipe.variant
-    model.config.w = VARIANT_DEFAULT_W[recipe.variant]
+    model.config.w = default_w(model.config.backbone_config, recipe.variant)
     if recipe.use_lora:
         from peft import LoraConfig, get_peft_model
 
         targets = list(dict.fromkeys([*model.config.lora_target_modules, PATCH_EMBEDDING_MODULE]))
         lora_config = LoraConfig(
-            r=model.config.lora_rank, lora_alpha=model.config.lora_alpha, target_modules=targets, lora_dropout=0.0
+            r=model.config.lora_rank,
+            lora_alpha=model.config.lora_alpha,
+            target_modules=targets,
+            exclude_modules=multihead_attention_projections(model.clip) or None,
+            lora_dropout=0.0,
         )
         model._peft_model = get_peft_model(model.clip, lora_config)
         model.config.lora_target_modules = targets
         model.config.adapter_path = "adapter"
         model.config.merge_adapter = True
     else:
-        model.clip.visual_projection.requires_grad_(True)
-        model.clip.text_projection.requires_grad_(True)
+        for module in projection_modules(model.clip, backbone_family(model.config.backbone_config)):
+            module.requires_grad_(True)
         model.config.adapter_path = None
     return model
 
@@ -338,6 +396,7 @@ class PACSDataCollator:
     def __init__(self, model: PACSModel, use_synthetic_images: bool = True, use_synthetic_captions: bool = True):
         self.model = model
         self.image_size = model.config.backbone_config.vision_config.image_size
+        self.preprocess = image_preprocessor(model.config.backbone_config)
         self.use_synthetic_images = use_synthetic_images
         self.use_synthetic_captions = use_synthetic_captions
 
@@ -369,7 +428,7 @@ class PACSDataCollator:
 
     def load_image(self, image: Any, row_index: int, column: str) -> torch.Tensor:
         try:
-            return load_and_preprocess(image, row_index, self.image_size)
+            return self.preprocess(image, row_index)
         except (OSError, ValueError, TypeError) as error:
             raise type(error)(f"row {row_index}, column '{column}': {error}") from error
 
@@ -396,10 +455,19 @@ class PACSTrainer(Trainer):
     ```
     """
 
-    def __init__(self, *args, lambda_v: float = 0.1, lambda_t: float = 0.001, **kwargs):
+    def __init__(self, *args, lambda_v: float = 0.1, lambda_t: float = 0.001, loss_type: str = "info_nce", **kwargs):
+        if loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}")
         super().__init__(*args, **kwargs)
         self.lambda_v = lambda_v
         self.lambda_t = lambda_t
+        self.loss_type = loss_type
+        backbone = self.accelerator.unwrap_model(self.model).pacs_model.clip
+        if loss_type == "sigmoid" and getattr(backbone, "logit_bias", None) is None:
+            raise ValueError(
+                "loss_type='sigmoid' needs a backbone with a logit_bias (SigLIP); this one has none: use "
+                "loss_type='info_nce' (the paper's loss) or a SigLIP model"
+            )
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         num_rows = inputs["pixel_values"].shape[0]
@@ -429,6 +497,9 @@ class PACSTrainer(Trainer):
             logit_scale=logit_scale,
             lambda_v=self.lambda_v,
             lambda_t=self.lambda_t,
+            loss_type=self.loss_type,
+            # Frozen, so reading it outside the DDP-wrapped forward is safe.
+            logit_bias=getattr(self.accelerator.unwrap_model(model).pacs_model.clip, "logit_bias", None),
         )
         return (output.loss, output) if return_outputs else output.loss
 
@@ -536,11 +607,13 @@ __all__ = [
     "TrainingRecipe",
     "attach_synthetic_data",
     "check_training_columns",
+    "LOSS_TYPES",
     "gather_with_gradient",
     "load_karpathy_rows",
     "pacs_contrastive_loss",
     "prepare_model_for_training",
     "prepare_training_dataset",
     "required_columns",
+    "sigmoid_contrastive_loss",
     "symmetric_info_nce",
 ]

@@ -28,12 +28,14 @@ from pathlib import Path
 import datasets
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
+from modeling_pacs.backbones import backbone_family
 from modeling_pacs.loading import PRETRAINED_MODELS, load_model
-from modeling_pacs.model_card import render_model_card
+from modeling_pacs.model_card import render_model_card, render_siglip_model_card
 from modeling_pacs.modeling_pacs import PACSModel
 from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (
+    LOSS_TYPES,
     RECIPES,
     SYNTHETIC_CAPTION_COLUMN,
     SYNTHETIC_IMAGE_COLUMN,
@@ -57,11 +59,18 @@ class ModelArguments:
 
     model_name_or_path: str = field(
         default="openai/clip-vit-base-patch32",
-        metadata={"help": "CLIP Hub id or directory, a PAC-S++ model directory, or an alias of modeling_pacs.loading"},
+        metadata={
+            "help": "CLIP or SigLIP Hub id or directory (e.g. google/siglip-base-patch16-224), a PAC-S++ model "
+            "directory, or an alias of modeling_pacs.loading"
+        },
     )
     recipe: str = field(default="pac_s_pp", metadata={"help": "pac_s_pp (LoRA) or pac_s (final projections only)"})
     lambda_v: float | None = field(default=None, metadata={"help": "weight of L(V',T); default: the recipe's"})
     lambda_t: float | None = field(default=None, metadata={"help": "weight of L(V,T'); default: the recipe's"})
+    loss: str = field(
+        default="info_nce",
+        metadata={"help": "contrastive term: info_nce (the paper's, Eq. 1) or sigmoid (SigLIP's; SigLIP backbones)"},
+    )
     final_model_dir: str | None = field(
         default=None, metadata={"help": "where the Hub-ready model is written; default: OUTPUT_DIR/model"}
     )
@@ -156,6 +165,20 @@ def write_model_card(
 ):
     """The project's model card (modeling_pacs.model_card) with this run's provenance; no reported results."""
     recipe = RECIPES[model_args.recipe]
+    if backbone_family(model.config.backbone_config) == "siglip":
+        final_metrics = ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items()))
+        card = render_siglip_model_card(
+            repo_id=str(directory),
+            variant=recipe.variant,
+            w=model.config.w,
+            base_model_id=model.config.base_model_id,
+            max_text_length=model.config.max_text_length,
+            provenance=f"trained here with `scripts/train_pacs.py` from `{model_args.model_name_or_path}` "
+            f"(lambda_v={lambda_v}, lambda_t={lambda_t}, loss {model_args.loss}); final metrics: {final_metrics}",
+        )
+        (directory / "README.md").write_text(card, encoding="utf-8")
+        (directory / "README.md").chmod(0o644)
+        return
     large = model.config.backbone_config.vision_config.hidden_size >= 1024
     variant = {
         ("pac_s_pp", False): "pac_s_pp_vit_b32",
@@ -189,6 +212,8 @@ def main(argv: list[str] | None = None):
     logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
     if model_args.recipe not in RECIPES:
         raise SystemExit(f"--recipe must be one of {sorted(RECIPES)}, got {model_args.recipe!r}")
+    if model_args.loss not in LOSS_TYPES:
+        raise SystemExit(f"--loss must be one of {list(LOSS_TYPES)}, got {model_args.loss!r}")
     recipe = RECIPES[model_args.recipe]
     lambda_v = recipe.lambda_v if model_args.lambda_v is None else model_args.lambda_v
     lambda_t = recipe.lambda_t if model_args.lambda_t is None else model_args.lambda_t
@@ -213,6 +238,8 @@ def main(argv: list[str] | None = None):
     # Trainer seeds only later, so two runs with the same --seed would otherwise start from different weights.
     set_seed(training_args.seed)
     model = load_model(model_args.model_name_or_path)
+    if model_args.loss == "sigmoid" and getattr(model.clip, "logit_bias", None) is None:
+        raise SystemExit("--loss sigmoid needs a SigLIP backbone (it has the logit_bias): use --loss info_nce")
     name = model_args.model_name_or_path
     if not (Path(name).is_dir() or name.startswith("tiny")):
         # The adapter's adapter_config.json names the Hub id of the weights it was trained on.
@@ -235,6 +262,7 @@ def main(argv: list[str] | None = None):
         callbacks=callbacks,
         lambda_v=lambda_v,
         lambda_t=lambda_t,
+        loss_type=model_args.loss,
     )
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     metrics = dict(result.metrics)
