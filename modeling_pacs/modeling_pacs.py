@@ -24,6 +24,7 @@ from .inputs import (
     prepare_caption,
 )
 from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
+from .video_scoring import VideoScoringMixin
 
 logger = logging.get_logger(__name__)
 
@@ -115,7 +116,7 @@ class PACSPreTrainedModel(PreTrainedModel):
         self.clip._init_weights(module)
 
 
-class PACSModel(PACSPreTrainedModel):
+class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
     r"""
     PAC-S++ (and CLIP-S / PAC-S): scores how well a caption describes an image.
 
@@ -254,14 +255,18 @@ class PACSModel(PACSPreTrainedModel):
         make_world_readable(save_directory)
 
     # ------------------------------------------------------------------------------------------------ encoding
-    def tokenize(self, captions: list[str]) -> dict[str, torch.Tensor]:
-        """Prefix, clean and tokenize captions; pad to the longest, truncate keeping end-of-text last."""
+    def tokenize(self, captions: list[str], prompt_prefix: str | None = None) -> dict[str, torch.Tensor]:
+        """Prefix, clean and tokenize captions; pad to the longest, truncate keeping end-of-text last.
+
+        `prompt_prefix` replaces `config.prompt_prefix` when given (the video metric tokenizes without it).
+        """
         if self.tokenizer is None:
             raise ValueError(
                 "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
                 "AutoTokenizer.from_pretrained(...)"
             )
-        texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+        prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
+        texts = [prepare_caption(caption, prefix) for caption in captions]
         return self.tokenizer(
             texts,
             padding="longest",
@@ -276,6 +281,7 @@ class PACSModel(PACSPreTrainedModel):
         batch_size: int = 256,
         return_tokens: bool = False,
         progress: bool | None = None,
+        prompt_prefix: str | None = None,
     ) -> torch.Tensor | PACSTextFeatures:
         """Projected end-of-text embeddings `E_t(t)` of `[N, projection_dim]` (unnormalised, fp32).
 
@@ -284,7 +290,7 @@ class PACSModel(PACSPreTrainedModel):
         batches, so each batch pads little; padding changes results only at float rounding level (<= 1e-6).
         """
         captions = check_captions(captions, "caption")
-        tokens = self.tokenize(captions) if captions else None
+        tokens = self.tokenize(captions, prompt_prefix) if captions else None
         if tokens is None:
             empty = torch.zeros(0, self.config.backbone_config.projection_dim)
             return PACSTextFeatures(text_embeds=empty) if return_tokens else empty
