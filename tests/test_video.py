@@ -324,3 +324,29 @@ def test_missing_pyav_names_the_extra(tiny_model, clips, monkeypatch):
     with pytest.raises(ImportError, match=r"reading video files needs PyAV: `pip install 'pacs-pp\[video\]'`"):
         tiny_model.score_videos(paths[:1], ["a"])
     assert tiny_model.score_videos([as_images(frames[0])], ["a"]).scores.shape == (1,)
+
+
+def test_remote_code_directory_scores_videos(tiny_model, tiny_model_dir, clips):
+    """The saved directory carries video.py and video_scoring.py (relative imports, PyAV only imported lazily), and
+    the remote-code class loaded from it scores videos like the installed package."""
+    import ast
+
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    allowed = set(sys.stdlib_module_names) | {"torch", "transformers", "peft", "numpy", "PIL"}
+    for name in ("video.py", "video_scoring.py"):
+        tree = ast.parse((tiny_model_dir / name).read_text())
+        top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        roots = {alias.name.split(".")[0] for node in top_level if isinstance(node, ast.Import) for alias in node.names}
+        roots |= {
+            node.module.split(".")[0] for node in top_level if isinstance(node, ast.ImportFrom) and node.level == 0
+        }
+        assert roots <= allowed, (name, roots - allowed)
+    paths, _ = clips
+    # What trust_remote_code runs (the installed package registers its own class with the Auto classes).
+    remote_class = get_class_from_dynamic_module("modeling_pacs.PACSModel", str(tiny_model_dir))
+    assert remote_class.__module__ != "modeling_pacs.modeling_pacs"
+    remote = remote_class.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    expected = tiny_model.score_videos(paths, CAPTIONS, references=REFERENCES, num_frames=4)
+    output = remote.score_videos(paths, CAPTIONS, references=REFERENCES, num_frames=4)
+    assert_scores_close(output_components(output, True), output_components(expected, True))
