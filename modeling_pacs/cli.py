@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from .video_cli import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
 
@@ -31,6 +32,7 @@ examples:
   pacs-score captions.jsonl --model clip_s_vit_b32 --output scores.csv
   pacs-score captions.json --references refs.json --device cuda --dtype fp16
 """
+SCORE_EPILOG += VIDEO_EPILOG
 
 
 # ---------------------------------------------------------------------------------------------------- reading
@@ -69,6 +71,8 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     else:
         raise SystemExit(f"{input_path}: unsupported input format '{suffix}' (use .json, .jsonl or .csv)")
     for row, item in enumerate(items):
+        if "image" not in item and "video" in item:
+            item["image"] = item.pop("video")
         missing = [column for column in ("image", "caption") if column not in item]
         if missing:
             raise SystemExit(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
@@ -146,6 +150,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
         help="fp32 gives the reference numbers; fp16/bf16 speed up the GPU encoders (deviation <= ~1e-2, see README)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    add_video_arguments(parser)
     return parser
 
 
@@ -161,7 +166,10 @@ def run_score(args: argparse.Namespace) -> dict:
         missing = next(index for index, item in enumerate(items) if not item.get("references"))
         raise SystemExit(f"item {missing} ('{items[missing]['image']}') has no references while others do")
 
+    videos = is_video_run(args, items)
     model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
+    if videos:
+        return run_video_score(args, items, model, bool(with_references))
     output = model.score(
         [item["image_path"] for item in items],
         [item["caption"] for item in items],
