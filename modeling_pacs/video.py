@@ -21,7 +21,8 @@ import torch
 from .inputs import ImageInput, image_key, load_image
 
 VideoInput = Union[str, os.PathLike, Sequence[ImageInput], np.ndarray, torch.Tensor]
-VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".gif")
+# Extensions `pacs-score` treats as videos (GIFs stay images; pass --video to score them as videos).
+VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
 
 
 def describe_video(video: Any) -> str:

@@ -111,12 +111,12 @@ class VideoScoringMixin:
         corpus = check_captions(corpus, "IDF corpus caption")
         if not corpus:
             raise ValueError("the IDF corpus is empty: pass at least one caption, or idf=False for uniform weights")
-        unique_texts = list(dict.fromkeys(corpus))
-        tokens = self.tokenize(unique_texts, prompt_prefix="")
-        lengths = tokens["attention_mask"].sum(dim=1).tolist()
-        token_ids = {
-            text: row[:length].tolist() for text, row, length in zip(unique_texts, tokens["input_ids"], lengths)
-        }
+        token_ids = {}
+        # In chunks: a training-set corpus (VATEX: ~260k captions) padded at once would hold every row in memory.
+        for chunk in batched(dict.fromkeys(corpus), 8192):
+            tokens = self.tokenize(chunk, prompt_prefix="")
+            for text, row, length in zip(chunk, tokens["input_ids"], tokens["attention_mask"].sum(dim=1).tolist()):
+                token_ids[text] = row[:length].tolist()
         return idf_table([token_ids[text] for text in corpus], self.tokenizer.eos_token_id, self.config.max_text_length)
 
     def encode_videos(
