@@ -144,7 +144,8 @@ class VideoFile:
 
     Opening demuxes the whole file once without decoding, to learn each frame's presentation timestamp and which
     packets are keyframes; `read` then seeks to the keyframe before each wanted frame (or keeps decoding when the
-    next wanted frame is in the same group of pictures). `decoded_frames` counts every frame the decoder produced.
+    next wanted frame is in the same group of pictures); on the way, frames that no other frame references are
+    skipped by the decoder. `decoded_frames` counts every frame the decoder produced.
 
     Example:
 
@@ -160,6 +161,7 @@ class VideoFile:
         self.path = Path(path)
         self.index = index
         self.decoded_frames = 0
+        self.target = None  # timestamp of the frame being sought
         self.container = None
         if not self.path.is_file():
             raise FileNotFoundError(f"video {index} ('{self.path}') does not exist or is not a file")
@@ -221,16 +223,25 @@ class VideoFile:
             last_index, last_frame = None, None
             for frame_index in indices:
                 if frame_index != last_index:
-                    target = self.frame_timestamps[frame_index]
+                    target = self.target = self.frame_timestamps[frame_index]
                     keyframe_position = max(bisect.bisect_right(self.keyframe_timestamps, target) - 1, 0)
                     keyframe = self.keyframe_timestamps[keyframe_position]
                     if frames is None or position >= target or keyframe > position:
                         self.container.seek(keyframe, stream=self.stream, backward=True, any_frame=False)
-                        frames = self.container.decode(self.stream)
+                        frames = self.decode_toward_target()
                     frame = self.next_frame_at(frames, target)
                     position = frame.pts
                     last_index, last_frame = frame_index, frame.to_image().convert("RGB")
                 yield last_frame
+
+    def decode_toward_target(self) -> Iterator:
+        """Decoded frames from the current position; before `self.target`, frames that no other frame references
+        (e.g. most B-frames) are skipped by the decoder, since nothing after them needs them."""
+        context = self.stream.codec_context
+        for packet in self.container.demux(self.stream):
+            before_target = packet.pts is not None and packet.pts < self.target
+            context.skip_frame = "NONREF" if before_target else "DEFAULT"
+            yield from packet.decode()
 
     def read_in_decode_order(self, indices: Sequence[int]) -> Iterator[PIL.Image.Image]:
         """Decode from the start, keeping the frames at `indices` (streams without timestamps)."""

@@ -5,7 +5,8 @@
    frames with `modeling_pacs.video.VideoFile` (one demux pass over the packets, then a seek to the keyframe before
    each wanted frame); "decode all" decodes every frame and converts it to RGB, as EMScore's `encode_video` does with
    OpenCV, then keeps the same 10. Both return identical frames.
-   Seeking cannot skip the frames between a keyframe and a wanted frame, so its gain depends on the keyframe spacing.
+   Between a keyframe and a wanted frame, only frames that others reference (I/P, reference B) must be decoded, so
+   the gain of seeking depends on the keyframe spacing.
 2. End to end: `PACSModel.score_videos(..., num_frames=10)` on generated clips (one caption and two references
    each), with the tiny model and with ViT-B/32-sized random weights (CLIP-S geometry: a merged PAC-S++ has the same
    arithmetic). Videos/s includes decoding, preprocessing, both encoders and the metric.
