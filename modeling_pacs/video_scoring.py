@@ -281,7 +281,7 @@ class VideoScoringMixin:
         for chunk in batched(range(len(candidates)), batch_size):
             rows = text_index[chunk]
             frames = [frame_embeds[int(video_index[item])] for item in chunk]
-            frame_mask = pad_sequence([torch.ones(len(rows_), dtype=torch.long) for rows_ in frames], batch_first=True)
+            frame_mask = pad_sequence([torch.ones(len(video), dtype=torch.long) for video in frames], batch_first=True)
             parts.append(
                 video_scores(
                     features.token_embeds[rows],
