@@ -172,6 +172,12 @@ class VideoFile:
                 self.close()
                 raise ValueError(f"video {index} ('{self.path}') has no video stream: pass a file with video frames")
             self.stream = self.container.streams.video[0]
+            if self.stream.codec_context is None:
+                self.close()
+                raise ValueError(
+                    f"video {index} ('{self.path}') uses a video codec this FFmpeg build cannot decode: re-encode it "
+                    "(e.g. to H.264 mp4) or pass its frames as images"
+                )
             self.frame_timestamps, self.keyframe_timestamps = self.scan()
         if not self.frame_timestamps:
             self.close()

@@ -276,6 +276,9 @@ def test_bad_videos_give_errors_naming_the_file(tiny_model, clips, tmp_path):
         stream = container.add_stream("ffv1", rate=25)
         stream.width, stream.height, stream.pix_fmt = 32, 32, "bgr0"
         container.start_encoding()
+    unknown_codec = tmp_path / "unknown_codec.mkv"
+    write_video(unknown_codec, random_frames(2, 9, size=(16, 16)), "ffv1", "bgr0")
+    unknown_codec.write_bytes(unknown_codec.read_bytes().replace(b"V_FFV1", b"V_QQQQ"))  # a codec id FFmpeg lacks
     empty_folder = tmp_path / "no_frames"
     empty_folder.mkdir()
     (empty_folder / "readme.txt").write_text("no images here")
@@ -285,6 +288,7 @@ def test_bad_videos_give_errors_naming_the_file(tiny_model, clips, tmp_path):
         (not_a_video, ValueError, r"video 1 \('.*notes.avi'\) could not be decoded"),
         (audio_only, ValueError, r"video 1 \('.*tone.wav'\) has no video stream"),
         (empty_video, ValueError, r"video 1 \('.*empty.avi'\) has zero frames: pass a video with at least one frame"),
+        (unknown_codec, ValueError, r"video 1 \('.*unknown_codec.mkv'\) uses a video codec this FFmpeg build cannot"),
         (empty_folder, ValueError, r"video 1 \('.*no_frames'\) is a folder with no image files"),
         ([], ValueError, "video 1 is an empty list of frames"),
         (np.zeros((2, 8, 8)), ValueError, r"video 1 is an array of shape \(2, 8, 8\)"),
