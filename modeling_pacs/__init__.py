@@ -6,6 +6,7 @@ from .configuration_pacs import PACSConfig
 from .configuration_polos import PolosConfig
 from .modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
 from .modeling_polos import PolosModel, PolosScoreOutput
+from .video_scoring import PACSVideoScoreOutput
 
 # Without trust_remote_code, an installed `pacs-pp` still lets the Auto classes load our directories.
 AutoConfig.register(PACSConfig.model_type, PACSConfig, exist_ok=True)
@@ -19,6 +20,7 @@ __all__ = [
     "PACSModel",
     "PACSScoreOutput",
     "PACSTextFeatures",
+    "PACSVideoScoreOutput",
     "PolosConfig",
     "PolosModel",
     "PolosScoreOutput",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from .outputs import check_output_directory, check_output_file, strict_json
+from .video_cli import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
 
@@ -33,6 +34,7 @@ examples:
   pacs-score captions.jsonl --model clip_s_vit_b32 --output scores.csv
   pacs-score captions.json --references refs.json --device cuda --dtype fp16
 """
+SCORE_EPILOG += VIDEO_EPILOG
 
 
 # ---------------------------------------------------------------------------------------------------- reading
@@ -124,6 +126,8 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     if not items:
         raise ValueError(f"{input_path} holds no captions: nothing to score")
     for row, item in enumerate(items):
+        if "image" not in item and "video" in item:
+            item["image"] = item.pop("video")
         missing = [column for column in ("image", "caption") if column not in item]
         if missing:
             raise ValueError(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
@@ -258,6 +262,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
     parser.add_argument(
         "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"
     )
+    add_video_arguments(parser)
     return parser
 
 
@@ -281,8 +286,11 @@ def run_score(args: argparse.Namespace) -> dict:
             "or leave references out for the reference-free score"
         )
 
+    videos = is_video_run(args, items)
     with quiet_loading(args.verbose):
         model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
+    if videos:
+        return run_video_score(args, items, model, bool(with_references))
     output = model.score(
         [item["image_path"] for item in items],
         [item["caption"] for item in items],

@@ -32,6 +32,7 @@ from .inputs import (
     prepare_caption,
 )
 from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
+from .video_scoring import VideoScoringMixin
 
 logger = logging.get_logger(__name__)
 
@@ -124,7 +125,7 @@ class PACSPreTrainedModel(PreTrainedModel):
         self.clip._init_weights(module)
 
 
-class PACSModel(PACSPreTrainedModel):
+class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
     r"""
     PAC-S++ (and CLIP-S / PAC-S): scores how well a caption describes an image.
 
@@ -307,23 +308,25 @@ class PACSModel(PACSPreTrainedModel):
         make_world_readable(save_directory)
 
     # ------------------------------------------------------------------------------------------------ encoding
-    def tokenize(self, captions: list[str]) -> dict[str, torch.Tensor]:
+    def tokenize(self, captions: list[str], prompt_prefix: str | None = None) -> dict[str, torch.Tensor]:
         """Prefix, clean and tokenize captions; truncate keeping end-of-text last.
 
         CLIP: captions are cleaned as the original tokenizer does and padded to the longest. SigLIP: captions are
         passed as given and padded to `max_text_length`, as the model was trained (`backbones.py`). The attention
-        mask marks the real tokens (SigLIP's text tower is run without it).
+        mask marks the real tokens (SigLIP's text tower is run without it). `prompt_prefix` replaces
+        `config.prompt_prefix` when given (the video metric tokenizes without it).
         """
         if self.tokenizer is None:
             raise ValueError(
                 "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
                 "AutoTokenizer.from_pretrained(...)"
             )
+        prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
         spec = backbone_spec(self.config.backbone_config)
         if spec.clean_text:
-            texts = [prepare_caption(caption, self.config.prompt_prefix) for caption in captions]
+            texts = [prepare_caption(caption, prefix) for caption in captions]
         else:
-            texts = [self.config.prompt_prefix + caption for caption in captions]
+            texts = [prefix + caption for caption in captions]
         return self.tokenizer(
             texts,
             padding=spec.text_padding,
@@ -339,6 +342,7 @@ class PACSModel(PACSPreTrainedModel):
         batch_size: int = 256,
         return_tokens: bool = False,
         progress: bool | None = None,
+        prompt_prefix: str | None = None,
     ) -> torch.Tensor | PACSTextFeatures:
         """Projected end-of-text embeddings `E_t(t)` of `[N, projection_dim]` (unnormalised, fp32).
 
@@ -348,7 +352,7 @@ class PACSModel(PACSPreTrainedModel):
         """
         captions = check_captions(captions, "caption")
         batch_size = check_positive_int(batch_size, "text batch_size")
-        tokens = self.tokenize(captions) if captions else None
+        tokens = self.tokenize(captions, prompt_prefix) if captions else None
         if tokens is None:
             empty = torch.zeros(0, embedding_dim(self.config.backbone_config))
             return PACSTextFeatures(text_embeds=empty) if return_tokens else empty

@@ -305,6 +305,100 @@ def results_json(table: pd.DataFrame, model: str) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------------- video tab
+# Video tab: frames sampled per clip (decoding seeks to them, so the clip's length does not matter).
+MAX_VIDEO_FRAMES = 32
+VIDEO_FILE_TYPES = (".mp4", ".webm", ".mkv", ".avi", ".mov")
+
+
+def build_video_tab(cache: ModelCache, selector_entries: list[str]):
+    """The "Video captions" tab and its `/score_video` endpoint: a short clip, candidate captions, optional
+    references; per caption the EMScore-style video metric of `PACSModel.score_videos` (SPEC §2): P, R, F and coarse
+    against the frames (Eq. 13), and against the references with the combined score (Eq. 14) when given.
+    """
+    from modeling_pacs.video import VideoFile
+
+    def score_video(video: str | None, captions_text: str, references_text: str, num_frames: float, model: str):
+        """Score candidate captions (one per line) of a video clip, with optional references (one per line).
+
+        Returns the best caption (Markdown), the per-caption table and the results as JSON.
+        """
+        if not video:
+            raise gr.Error("upload a video clip first (mp4, webm, mkv, avi or mov)", title="No video")
+        captions = split_lines(captions_text)
+        if not captions:
+            raise gr.Error("enter at least one candidate caption, one per line", title="No captions")
+        check_texts(captions, "caption", MAX_CAPTIONS)
+        references = split_lines(references_text)
+        check_texts(references, "reference", MAX_REFERENCES)
+        if not 1 <= int(num_frames) <= MAX_VIDEO_FRAMES:
+            raise gr.Error(f"frames must be between 1 and {MAX_VIDEO_FRAMES}", title="Bad frame count")
+        try:
+            with VideoFile(video) as clip:  # reads packets only: size and frame count before any decoding
+                width, height = clip.stream.width, clip.stream.height
+        except (OSError, ValueError, ImportError) as error:
+            raise gr.Error(str(error).replace(video, Path(video).name), title="Not a readable video") from error
+        if width * height > MAX_IMAGE_PIXELS:
+            raise gr.Error(f"the video is {width}x{height}: downscale it and upload it again", title="Video too large")
+        models = cache.get(model)
+        free_name, ref_name = models.pac_s.config.score_names
+        videos = [video] * len(captions)
+        output = models.pac_s.score_videos(
+            videos,
+            captions,
+            references=[references] * len(captions) if references else None,
+            num_frames=int(num_frames),
+        )
+        table = pd.DataFrame({"caption": captions})
+        if models.clip_s is not None:
+            table[f"{CLIP_S_NAME} video"] = models.clip_s.score_videos(
+                videos, captions, num_frames=int(num_frames)
+            ).scores
+        table[f"{free_name} video"] = output.video_scores.tolist()
+        for column in ("precision", "recall", "f", "coarse"):
+            table[f"video {column}"] = getattr(output, f"video_{column}").tolist()
+        ranked_by = f"{free_name} video"
+        if references:
+            table[f"{ref_name} video"] = output.scores.tolist()
+            for column in ("precision", "recall", "f", "coarse"):
+                table[f"reference {column}"] = getattr(output, f"reference_{column}").tolist()
+            ranked_by = f"{ref_name} video"
+        table = table.sort_values(ranked_by, ascending=False, kind="stable").reset_index(drop=True)
+        table.insert(0, "rank", range(1, len(table) + 1))
+        table.attrs["ranked_by"] = ranked_by
+        return (
+            summary_markdown(table, models, random_weights=model == TINY_CHOICE),
+            styled_table(table),
+            results_json(table, model),
+        )
+
+    with gr.Tab("Video captions"):
+        gr.Markdown(
+            "Upload a short clip and candidate captions: each caption is matched to sampled frames token by token "
+            "(precision, recall, F) and as a whole (coarse); the score is `(coarse + F) / 2`, averaged with the "
+            "same against the references when given (EMScore-style, as in the PAC-S++ paper)."
+        )
+        with gr.Row():
+            with gr.Column():
+                video = gr.File(label="Video clip", file_types=list(VIDEO_FILE_TYPES), type="filepath")
+                frames = gr.Slider(1, MAX_VIDEO_FRAMES, value=10, step=1, label="Frames sampled (VATEX-EVAL: 10)")
+                model = gr.Dropdown(choices=selector_entries, value=selector_entries[0], label="Model")
+            with gr.Column():
+                captions = gr.Textbox(lines=5, label="Candidate captions (one per line)", elem_id="video-captions")
+                references = gr.Textbox(lines=3, label="Reference captions (optional)", elem_id="video-references")
+                button = gr.Button("Score video captions", variant="primary", elem_id="score-video-button")
+        best = gr.Markdown(elem_id="best-video-caption")
+        table = gr.Dataframe(label="Captions, per-caption P/R/F/coarse", interactive=False, wrap=True)
+        with gr.Accordion("Results as JSON", open=False):
+            details = gr.JSON(label="details")
+        button.click(
+            score_video,
+            inputs=[video, captions, references, frames, model],
+            outputs=[best, table, details],
+            api_name="score_video",
+        )
+
+
 # ---------------------------------------------------------------------------------------------------- app
 def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.Blocks:
     """The Blocks app. `tiny=None` reads `PACS_SPACE_TINY`; `local_model=None` reads `PACS_SPACE_MODEL`.
@@ -406,6 +500,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
             preprocess=False,  # check_image reads the upload itself, so a bad file gets a readable error
         )
         gr.api(list_models, api_name="list_models")
+        build_video_tab(cache, selector_entries)
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY_LIMIT, max_size=MAX_QUEUE_SIZE)
     return demo
 

@@ -17,6 +17,7 @@ from modeling_pacs.inputs import check_captions, check_references, describe_imag
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.model_card import CITATION
 from modeling_pacs.modeling_pacs import PACSModel
+from modeling_pacs.video_metric import check_video_batch, compute_video_results
 
 _CITATION = (
     CITATION
@@ -50,6 +51,9 @@ Returns:
     score (`float`): corpus score, the mean of `scores`.
     scores (`list` of `float`): the score of each prediction.
     ref_metric, ref_score, ref_scores: the same for the reference-based score ("RefPAC-S++", ...), with references.
+Videos: pass `videos=` instead of `images=` (files, frame folders, lists of images, (T, H, W, C) arrays or (T, D)
+    frame embeddings) and optionally `num_frames=` and `idf=` to `compute`: the EMScore-style video metric (Eq. 13;
+    Eq. 14 as `ref_scores` with references), with per-prediction `precision`, `recall`, `f` and `coarse`.
 Examples:
     >>> pacs = evaluate.load("pacs_pp", model="tiny")  # random weights: real runs use the default model
     >>> results = pacs.compute(predictions=["a red circle"], images=["examples/images/red_circle.png"])
@@ -127,6 +131,7 @@ class PACSPlusPlus(evaluate.Metric):
         self.progress = progress
         self.engine = model if isinstance(model, PACSModel) else None
         self.in_memory_images = []
+        self.input_kind = None
         super().__init__(config_name=config_name, **kwargs)
 
     def _info(self) -> evaluate.MetricInfo:
@@ -166,10 +171,11 @@ class PACSPlusPlus(evaluate.Metric):
         return self.engine
 
     # -------------------------------------------------------------------------------------- gathering inputs
-    def add_batch(self, *, predictions=None, images=None, references=None, **kwargs):
+    def add_batch(self, *, predictions=None, images=None, references=None, videos=None, **kwargs):
         """Validate a batch (clear messages naming the item) and store it; images stay paths or in memory."""
         if kwargs:
             raise ValueError(f"unexpected inputs {sorted(kwargs)}: pass predictions=, images= and references=")
+        images, self.input_kind = check_video_batch(images, videos, self.input_kind, len(self))
         if predictions is None or images is None:
             raise ValueError("pass both predictions= (captions) and images= (one image per caption)")
         start = len(self)
@@ -195,16 +201,17 @@ class PACSPlusPlus(evaluate.Metric):
             **kwargs,
         )
 
-    def compute(self, *, predictions=None, images=None, references=None, **kwargs) -> dict | None:
+    def compute(self, *, predictions=None, images=None, references=None, videos=None, **kwargs) -> dict | None:
         """Score everything added so far plus the given batch; see the module description for the outputs."""
         try:
-            if predictions is not None or images is not None or references is not None:
-                self.add_batch(predictions=predictions, images=images, references=references)
+            if predictions is not None or images is not None or references is not None or videos is not None:
+                self.add_batch(predictions=predictions, images=images, references=references, videos=videos)
             elif self.writer is None:
                 raise ValueError("nothing to score: pass predictions= and images= to compute, or call add_batch first")
             return super().compute(**kwargs)
         finally:
             self.in_memory_images = []
+            self.input_kind = None
 
     def _store_images(self, images: list, start: int) -> list[str]:
         """Paths become strings for the Arrow column; other images stay here and a placeholder goes to Arrow."""
@@ -215,10 +222,10 @@ class PACSPlusPlus(evaluate.Metric):
                 image = image["path"]
             if isinstance(image, (str, os.PathLike)):
                 path = os.fspath(image)
-                if not os.path.isfile(path):
+                if not os.path.isfile(path) and not (self.input_kind == "videos" and os.path.isdir(path)):
                     raise FileNotFoundError(f"image {index} ('{path}') does not exist or is not a file")
                 stored.append(path)
-            elif isinstance(image, IN_MEMORY_TYPES):
+            elif isinstance(image, IN_MEMORY_TYPES) or self.input_kind == "videos":
                 stored.append(f"{IN_MEMORY_PREFIX}{self.process_id}:{len(self.in_memory_images)}>")
                 self.in_memory_images.append(image)
             else:
@@ -243,7 +250,7 @@ class PACSPlusPlus(evaluate.Metric):
         return images
 
     # -------------------------------------------------------------------------------------------- scoring
-    def _compute(self, predictions, images, references):
+    def _compute(self, predictions, images, references, **options):
         with_references = [index for index, item_references in enumerate(references) if item_references]
         if self.requires_references and len(with_references) < len(predictions):
             missing = next(index for index, item in enumerate(references) if not item)
@@ -258,6 +265,19 @@ class PACSPlusPlus(evaluate.Metric):
                 f"prediction {missing} has no references while prediction {with_references[0]} has some: pass "
                 "references for every prediction, or for none (reference-free score only)"
             )
+        if self.input_kind == "videos":
+            settings = {"batch_size": self.image_batch_size, "text_batch_size": self.text_batch_size}
+            return compute_video_results(
+                self.load_engine(),
+                predictions,
+                self._restore_images(images),
+                references,
+                bool(with_references),
+                options,
+                {**settings, "progress": self.progress},
+            )
+        if options:
+            raise ValueError(f"unexpected options {sorted(options)}: num_frames= and idf= apply to videos= only")
         output = self.load_engine().score(
             self._restore_images(images),
             predictions,
