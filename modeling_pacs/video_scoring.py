@@ -17,7 +17,8 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers.utils import ModelOutput, logging
 
-from .inputs import check_captions, check_references, preprocess_image
+from .backbones import backbone_family, embedding_dim, encode_image_batch, image_preprocessor
+from .inputs import check_captions, check_references
 from .scoring import (
     IDFTable,
     VideoMatchScores,
@@ -145,7 +146,7 @@ class VideoScoringMixin:
         batch_size = check_positive_int(batch_size, "batch_size")
         videos = list(videos)
         item_indices = item_indices or list(range(len(videos)))
-        projection_dim = self.config.backbone_config.projection_dim
+        projection_dim = embedding_dim(self.config.backbone_config)
         for video, index in zip(videos, item_indices):
             check_video(video, index)
             if is_frame_embeddings(video) and video.shape[1] != projection_dim:
@@ -166,15 +167,16 @@ class VideoScoringMixin:
             if not is_frame_embeddings(video)
             for frame in iter_video_frames(video, index, num_frames)
         )
-        size = self.config.backbone_config.vision_config.image_size
-        dtype = self.clip.visual_projection.weight.dtype
+        # Each frame goes through the backbone's own image pipeline and encoder, exactly as an image would.
+        preprocess = image_preprocessor(self.config.backbone_config)
+        family = backbone_family(self.config.backbone_config)
+        dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
         num_workers = check_positive_int(num_workers or min(8, os.cpu_count() or 1), "num_workers")
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             for batch in self.progress_bar(batched(frames, batch_size), "encoding video frames", len(videos), progress):
-                pixels = list(pool.map(lambda item: preprocess_image(item[1], size), batch))
+                pixels = list(pool.map(lambda item: preprocess(item[1], item_indices[item[0]]), batch))
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
-                outputs = self.clip.vision_model(pixel_values=pixel_values)
-                embeds = self.clip.visual_projection(outputs.pooler_output).float().cpu()
+                embeds = encode_image_batch(self.clip, family, pixel_values).float().cpu()
                 for (position, _), row in zip(batch, embeds):
                     parts[position].append(row[None])
         return [torch.cat(rows) for rows in parts]
