@@ -80,6 +80,8 @@ MAX_FILE_SIZE = "10mb"
 CONCURRENCY_ENVIRONMENT_VARIABLE = "PACS_SPACE_CONCURRENCY"
 DEFAULT_CONCURRENCY_LIMIT = 2
 MAX_QUEUE_SIZE = 64
+# Uploads older than this are deleted (checked as often): a long-running Space does not fill its disk.
+UPLOAD_LIFETIME_SECONDS = 3600
 
 EXAMPLES_DIRECTORY = Path(__file__).resolve().parent / "examples"
 EXAMPLES = [
@@ -506,7 +508,9 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
         """The model selector's entries (the path of any local model directory is accepted as well)."""
         return selector_entries
 
-    with gr.Blocks(title="PAC-S++ caption scores") as demo:
+    with gr.Blocks(
+        title="PAC-S++ caption scores", delete_cache=(UPLOAD_LIFETIME_SECONDS, UPLOAD_LIFETIME_SECONDS)
+    ) as demo:
         gr.Markdown(
             "# PAC-S++: which caption describes the image best?\n"
             "Upload an image, write candidate captions (one per line) and, optionally, reference captions. "

@@ -119,21 +119,24 @@ def running_space(root: Path, name: str, arguments: list[str], space_id: str | N
 
 @pytest.fixture(scope="module")
 def space_server(space_root):
-    """The Space as run locally: `--tiny --model LOCAL`, no `SPACE_ID` (typed local paths are allowed).
+    """The Space as run locally: `--tiny --model LOCAL`, no `SPACE_ID` (typed local paths are allowed); beside it,
+    under "public", the Space as the Hub runs it: `SPACE_ID` set, tiny entry only.
 
-    It boots while `space_models` builds the local model (loaded on the first request only).
+    Both boot while `space_models` builds the local model (loaded on the first request only).
     """
     local_model = space_root / "pac-s-pp-seed1"
-    with running_space(space_root, "local", ["--model", str(local_model)], space_id=None) as server:
-        yield {**server, "local_model": local_model}
+    with (
+        running_space(space_root, "local", ["--model", str(local_model)], space_id=None) as server,
+        running_space(space_root, "public", [], space_id="pacs-pp/pac-s-pp-demo") as public,
+    ):
+        yield {**server, "local_model": local_model, "public": public}
 
 
 @pytest.fixture(scope="module")
-def public_space_url(space_root, space_url) -> str:
-    """The Space as the Hub runs it (`SPACE_ID` set), tiny entry only; started once the local one answers."""
-    with running_space(space_root, "public", [], space_id="pacs-pp/pac-s-pp-demo") as server:
-        wait_until_serving(server["url"], server["process"], server["log"])
-        yield server["url"]
+def public_space_url(space_server, space_url) -> str:
+    public = space_server["public"]
+    wait_until_serving(public["url"], public["process"], public["log"])
+    return public["url"]
 
 
 @pytest.fixture(scope="module")
@@ -420,7 +423,7 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
 
             # Clicking an example fills the form; scoring it ranks its captions.
             page.get_by_text(example_references, exact=True).click()
-            assert page.locator("#captions textarea").input_value() == "\n".join(example_captions)
+            expect(page.locator("#captions textarea")).to_have_value("\n".join(example_captions))  # waits for it
             page.locator("#score-button").click()
             expect(best_caption).to_have_value(starts_with(f"“{example_best}”\n"))
 
@@ -767,3 +770,14 @@ def test_unexpected_errors_show_no_class_message_or_path(app, tmp_path, monkeypa
     with pytest.raises(app.gr.Error) as raised:
         score_function({"path": str(upload)}, "a red circle", "", TINY_CHOICE)
     assert re.fullmatch(message, raised.value.message)
+
+
+def test_public_space_hides_why_a_local_models_clip_is_missing(app, space_models):
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=space_models["orphan"], allow_typed_paths=False)
+    models = cache.get(space_models["orphan"])
+    assert models.clip_s is None
+    assert models.clip_s_unavailable_reason == "its CLIP could not be loaded on this server"
+
+
+def test_uploads_are_deleted_after_an_hour(app):
+    assert app.build_demo(tiny=True, public=True).delete_cache == (3600, 3600)
