@@ -433,8 +433,12 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
             page.locator("#score-button").click()
             expect(best_caption).to_have_value(starts_with(f"“{HOSTILE_CAPTION}”\n"))
             expect(page.locator("#scores-table [data-testid='cell-0-1']")).to_have_text(HOSTILE_CAPTION)
+            # Messages are HTML in gradio: a caption quoted in one is escaped, so it reads verbatim there too.
+            page.locator("#captions textarea").fill("<b>bold</b> <img src=x>" + "x" * 300)
+            page.locator("#score-button").click()
+            page.locator(".toast-body").filter(has_text="caption 1 ('<b>bold</b> <img src=x>xxx").first.wait_for()
             hostile_elements = page.locator(
-                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong"
+                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong, .toast-body b"
             )
             hostile_count = hostile_elements.count()
         finally:
