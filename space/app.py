@@ -343,15 +343,15 @@ def check_image(image: object) -> PIL.Image.Image:
 
 
 def check_model(model: object) -> str:
-    """The selector's value as a string; a `gr.Error` for anything else."""
-    if model is None:
-        return ""
+    """The selector's value, stripped; a `gr.Error` for anything else than a non-blank string."""
     if not isinstance(model, str) or len(model) > MAX_MODEL_NAME_CHARACTERS:
         raise gr.Error(
             f"the model must be the name of a selector entry (at most {MAX_MODEL_NAME_CHARACTERS} characters)",
             title="Unknown model",
         )
-    return model
+    if not model.strip():  # a blank path would name the server's current directory
+        raise gr.Error("pick a model in the list", title="No model")
+    return model.strip()
 
 
 def parse_request(image: object, captions_text: object, references_text: object) -> ScoreRequest:
@@ -469,7 +469,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
 
     def score_form(image: object, captions_text: object, references_text: object, model: object):
         request = parse_request(image, captions_text, references_text)
-        model = check_model(model).strip()
+        model = check_model(model)
         models = cache.get(model)
         table = score_request(request, models)
         return (

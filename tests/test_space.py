@@ -604,6 +604,8 @@ def test_captions_are_text_in_the_heading_table_and_json(client, space_models):
         ("references", {"a": 1}, "the references must be text (one per line), got dict"),
         ("captions", "x\n" * 10_001, "the captions box holds 20002 characters; the limit is 20000: remove some"),
         ("model", 7, "the model must be the name of a selector entry (at most 1000 characters)"),
+        ("model", None, "the model must be the name of a selector entry (at most 1000 characters)"),
+        ("model", "  ", "pick a model in the list"),
         (
             "captions",
             "<b>bold</b>" + "x" * 300,
