@@ -23,17 +23,26 @@ Call it from Python:
 """
 
 import argparse
+import html
+import ipaddress
+import logging
+import math
 import os
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 import PIL.Image
+from gradio.utils import get_upload_folder
 
 from modeling_pacs import PACSModel
+from modeling_pacs.inputs import to_rgb
 from modeling_pacs.loading import load_model
+
+logger = logging.getLogger("pacs_space")
 
 # Offline mode: a random 32-dim model stands in for the real ones (for tests and machines without the Hub).
 TINY_ENVIRONMENT_VARIABLE = "PACS_SPACE_TINY"
@@ -55,10 +64,26 @@ MAX_CAPTIONS = 16
 MAX_REFERENCES = 10
 MAX_CAPTION_CHARACTERS = 300
 MAX_IMAGE_PIXELS = 4096 * 4096
+# The engine resizes the short side to the model's input size, so a 1x15000 strip would become 224x3360000 pixels:
+# with this bound, the resized image is at most 20 times the crop, and the pixel limit bounds the memory.
+MAX_ASPECT_RATIO = 20
+# Decoders a visitor may reach: common photo formats only (PIL's EPS plugin, for one, runs Ghostscript).
+IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP", "TIFF")  # JPEG includes multi-picture (MPO) files
+# The raw textboxes, before splitting into lines: bounds the work spent on a request that is refused anyway.
+MAX_TEXTBOX_CHARACTERS = 20_000
+MAX_MODEL_NAME_CHARACTERS = 1_000
+# One message for every image path the Space refuses or cannot open: whether a server path exists never leaks.
+REFUSED_IMAGE_MESSAGE = (
+    "the image is not a file uploaded to this Space: upload it again (API clients: send it with "
+    "gradio_client.handle_file, which uploads it first)"
+)
 MAX_FILE_SIZE = "10mb"
 # Requests scored at once; the rest wait in the queue (CPU Spaces gain nothing from more).
-DEFAULT_CONCURRENCY_LIMIT = int(os.environ.get("PACS_SPACE_CONCURRENCY", "2"))
+CONCURRENCY_ENVIRONMENT_VARIABLE = "PACS_SPACE_CONCURRENCY"
+DEFAULT_CONCURRENCY_LIMIT = 2
 MAX_QUEUE_SIZE = 64
+# Uploads older than this are deleted (checked as often): a long-running Space does not fill its disk.
+UPLOAD_LIFETIME_SECONDS = 3600
 
 EXAMPLES_DIRECTORY = Path(__file__).resolve().parent / "examples"
 EXAMPLES = [
@@ -83,6 +108,41 @@ EXAMPLES = [
 def tiny_mode_enabled() -> bool:
     """`PACS_SPACE_TINY=1` (or `true`/`yes`) selects the offline tiny model."""
     return os.environ.get(TINY_ENVIRONMENT_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+
+
+def is_public(host: str) -> bool:
+    """A Space on the Hub (`SPACE_ID` is set) or a server reachable from other machines (a non-loopback `host`).
+
+    Public servers refuse typed model paths and show no server-side error details.
+    """
+    if "SPACE_ID" in os.environ:
+        return True
+    if host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return True
+
+
+def concurrency_limit() -> int:
+    """`PACS_SPACE_CONCURRENCY` (requests scored at once, default 2), checked to be a whole number of at least 1."""
+    text = os.environ.get(CONCURRENCY_ENVIRONMENT_VARIABLE, str(DEFAULT_CONCURRENCY_LIMIT))
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"{CONCURRENCY_ENVIRONMENT_VARIABLE}={text!r} is not a whole number of at least 1: set it to the number "
+            f"of requests to score at once (default {DEFAULT_CONCURRENCY_LIMIT})"
+        )
+    return value
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """User text quoted in a message: cut to `limit` characters and HTML-escaped, as gradio renders messages as HTML."""
+    return html.escape(text if len(text) <= limit else text[:limit] + "...")
 
 
 # ---------------------------------------------------------------------------------------------------- models
@@ -116,8 +176,8 @@ class ModelCache:
         choice = (choice or "").strip()
         if choice not in self.choices and choice != self.local_model and not self.allow_typed_paths:
             raise gr.Error(
-                f"model '{choice}' is not one of {sorted(self.choices)}: typed model paths are disabled on a public "
-                "Space (run the app yourself to score with a local model)",
+                f"model '{shown(choice)}' is not one of {sorted(self.choices)}: typed model paths are disabled on a "
+                "public Space (run the app yourself to score with a local model)",
                 title="Unknown model",
             )
         with self.locks_lock:
@@ -130,49 +190,71 @@ class ModelCache:
     def load(self, choice: str) -> ScoringModels:
         if choice in self.choices:
             clip_s_name, pac_s_name = self.choices[choice]
-            return ScoringModels(clip_s=load_or_explain(clip_s_name), pac_s=load_or_explain(pac_s_name))
+            return ScoringModels(
+                clip_s=self.load_or_explain(clip_s_name, choice), pac_s=self.load_or_explain(pac_s_name, choice)
+            )
         if not Path(choice).expanduser().is_dir():
             raise gr.Error(
-                f"model '{choice}' is neither one of {sorted(self.choices)} nor an existing local model directory: "
-                "pick an entry of the list or type the path of a PAC-S++ model directory",
+                f"model '{shown(choice)}' is neither one of {sorted(self.choices)} nor an existing local model "
+                "directory: pick an entry of the list or type the path of a PAC-S++ model directory",
                 title="Unknown model",
             )
-        pac_s = load_or_explain(str(Path(choice).expanduser()))
+        pac_s = self.load_or_explain(str(Path(choice).expanduser()), choice)
         if pac_s.config.variant == "clip_s":
             raise gr.Error(
-                f"'{choice}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is then "
-                "computed with the CLIP named by its config's base_model_id)",
+                f"'{shown(choice)}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is "
+                "then computed with the CLIP named by its config's base_model_id)",
                 title="Not a PAC-S++ model",
             )
         # A local PAC-S++ model names the CLIP it was trained from; CLIP-S uses that CLIP when it can be loaded.
         try:
             clip_s = load_model(getattr(pac_s.config, "base_model_id", None) or pac_s.config.clip_model_id)  # Polos
         except (OSError, ValueError) as error:
-            return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason=str(error))
+            reason = str(error) if self.allow_typed_paths else "its CLIP could not be loaded on this server"
+            if not self.allow_typed_paths:
+                logger.warning("CLIP-S of %r is not available: %s", choice, error)
+            return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason=reason)
         return ScoringModels(clip_s=clip_s, pac_s=pac_s)
 
-
-def load_or_explain(name: str) -> PACSModel:
-    """`load_model(name)`, with loading failures shown to the user as a readable error."""
-    try:
-        return load_model(name)
-    except (OSError, ValueError) as error:
-        raise gr.Error(f"could not load model '{name}': {error}", title="Model not available") from error
+    def load_or_explain(self, name: str, choice: str) -> PACSModel:
+        """`load_model(name)`; a failure is a `gr.Error` with the reason (public Space: logged, not shown)."""
+        try:
+            return load_model(name)
+        except (OSError, ValueError) as error:
+            if self.allow_typed_paths:
+                message = f"could not load model '{shown(name, limit=200)}': {html.escape(str(error))}"
+            else:  # the reason names server paths and Hub internals
+                incident = uuid.uuid4().hex[:8]
+                logger.error("incident %s: could not load model %r: %s", incident, name, error)
+                message = (
+                    f"model '{shown(choice)}' is not available on this server right now (incident {incident}, "
+                    "logged): pick another entry or try again later"
+                )
+            raise gr.Error(message, title="Model not available") from error
 
 
 # ---------------------------------------------------------------------------------------------------- requests
 @dataclass
 class ScoreRequest:
-    """A validated request: the image path, the candidate captions and the references (may be empty)."""
+    """A validated request: the decoded RGB image, the candidate captions and the references (may be empty)."""
 
-    image: str
+    image: PIL.Image.Image
     captions: list[str]
     references: list[str]
 
 
-def split_lines(text: str | None) -> list[str]:
-    """Non-blank lines of a textbox, stripped."""
-    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+def split_lines(text: str | None, what: str) -> list[str]:
+    """Non-blank lines of a textbox, stripped; a `gr.Error` when the box holds something else than text."""
+    if text is None:
+        return []
+    if not isinstance(text, str):
+        raise gr.Error(f"the {what}s must be text (one per line), got {type(text).__name__}", title=f"Invalid {what}s")
+    if len(text) > MAX_TEXTBOX_CHARACTERS:
+        raise gr.Error(
+            f"the {what}s box holds {len(text)} characters; the limit is {MAX_TEXTBOX_CHARACTERS}: remove some",
+            title=f"Too many {what}s",
+        )
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def check_texts(texts: list[str], what: str, limit: int):
@@ -185,49 +267,102 @@ def check_texts(texts: list[str], what: str, limit: int):
     for index, text in enumerate(texts, start=1):
         if len(text) > MAX_CAPTION_CHARACTERS:
             raise gr.Error(
-                f"{what} {index} ('{text[:40]}...') is {len(text)} characters long; the limit is "
+                f"{what} {index} ('{shown(text)}') is {len(text)} characters long; the limit is "
                 f"{MAX_CAPTION_CHARACTERS}: shorten it",
                 title=f"{what.capitalize()} too long",
             )
 
 
-def check_image(image: dict | None) -> str:
-    """The path of the uploaded image; a `gr.Error` when there is none, it cannot be read, or it is too large.
+def uploaded_path(image: object) -> tuple[str, str]:
+    """The real path and the display name of an image uploaded to this server, else one neutral `gr.Error`.
 
-    `image` is the uploaded file as gradio stores it (`{"path": ..., "orig_name": ...}`, in gradio's upload cache):
-    the handler skips gradio's own preprocessing so that an undecodable upload gets this message, not a traceback.
+    The handler runs without gradio's preprocessing (which would decode the image before the limits are checked), so
+    it checks what gradio would: the path must lie in gradio's upload folder. Every other path (a server file, a
+    folder, a missing file, `..`, a link out of the folder, a URL) gets the same message, whether it exists or not.
     """
-    if not image or not image.get("path"):
+    if image is None or (isinstance(image, dict) and not image.get("path")):
         raise gr.Error("upload an image first (or click one of the examples below)", title="No image")
-    path = image["path"]
-    name = image.get("orig_name") or Path(path).name
+    refused = gr.Error(REFUSED_IMAGE_MESSAGE, title="Image not accepted")
+    if not isinstance(image, dict) or not isinstance(image["path"], str):
+        raise refused
     try:
-        with PIL.Image.open(path) as opened:  # reads the header only: a huge image is refused before decoding
-            width, height = opened.size
+        path = os.path.realpath(image["path"])  # resolves `..` and links before the containment check
+        folder = os.path.realpath(get_upload_folder())
+        inside = os.path.commonpath([folder, path]) == folder and path != folder
+    except ValueError as error:  # a NUL byte, or a relative path on another drive
+        raise refused from error
+    if not inside or not os.path.isfile(path):
+        raise refused
+    name = image.get("orig_name")
+    name = name if isinstance(name, str) and name.strip() else os.path.basename(path)
+    return path, name
+
+
+def check_image(image: object) -> PIL.Image.Image:
+    """The uploaded image, decoded to RGB; a `gr.Error` when there is none, it is refused, unreadable or too large.
+
+    `image` is the uploaded file as gradio stores it (`{"path": ..., "orig_name": ...}`, in gradio's upload folder).
+    The size is read from the header before anything is decoded: decoding and resizing then cost at most
+    `MAX_IMAGE_PIXELS` pixels and a resized image at most `MAX_ASPECT_RATIO` times the model's input.
+    """
+    path, name = uploaded_path(image)
+    not_an_image = gr.Error(
+        f"the uploaded file '{shown(name)}' could not be read as an image: upload a PNG, JPEG, WebP, GIF, BMP or "
+        "TIFF file",
+        title="Not an image",
+    )
+    PIL.Image.init()  # registers every plugin: `formats` below may only name registered ones
+    try:
+        opened = PIL.Image.open(path, formats=IMAGE_FORMATS)  # reads the header only
     except PIL.Image.DecompressionBombError as error:
-        raise gr.Error(f"the image '{name}' is far too large: {error}", title="Image too large") from error
-    except (OSError, ValueError) as error:
         raise gr.Error(
-            f"the uploaded file '{name}' could not be read as an image ({type(error).__name__}): upload a PNG, "
-            "JPEG, WebP, GIF, BMP or TIFF file",
-            title="Not an image",
-        ) from error
-    if width * height > MAX_IMAGE_PIXELS:
-        raise gr.Error(
-            f"the image '{name}' is {width}x{height} = {width * height / 1e6:.1f} megapixels; the limit is "
-            f"{MAX_IMAGE_PIXELS / 1e6:.1f}: downscale it and upload it again",
+            f"the image '{shown(name)}' is far too large (over {PIL.Image.MAX_IMAGE_PIXELS / 1e6:.0f} megapixels); "
+            f"the limit is {MAX_IMAGE_PIXELS / 1e6:.1f}: downscale it and upload it again",
             title="Image too large",
+        ) from error
+    except (OSError, ValueError, SyntaxError) as error:  # SyntaxError: what some PIL plugins raise on bad headers
+        raise not_an_image from error
+    with opened:
+        width, height = opened.size
+        if width * height > MAX_IMAGE_PIXELS:
+            raise gr.Error(
+                f"the image '{shown(name)}' is {width}x{height} = {width * height / 1e6:.1f} megapixels; the limit "
+                f"is {MAX_IMAGE_PIXELS / 1e6:.1f}: downscale it and upload it again",
+                title="Image too large",
+            )
+        if width < 1 or height < 1 or max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+            raise gr.Error(
+                f"the image '{shown(name)}' is {width}x{height} pixels; the longer side may be at most "
+                f"{MAX_ASPECT_RATIO} times the shorter: crop it (the models see only its centre square) and upload "
+                "it again",
+                title="Image too narrow",
+            )
+        try:
+            opened.load()
+            return to_rgb(opened)  # as `modeling_pacs.inputs.load_image` decodes a path
+        except (OSError, ValueError, SyntaxError) as error:  # truncated or corrupt data behind a valid header
+            raise not_an_image from error
+
+
+def check_model(model: object) -> str:
+    """The selector's value, stripped; a `gr.Error` for anything else than a non-blank string."""
+    if not isinstance(model, str) or len(model) > MAX_MODEL_NAME_CHARACTERS:
+        raise gr.Error(
+            f"the model must be the name of a selector entry (at most {MAX_MODEL_NAME_CHARACTERS} characters)",
+            title="Unknown model",
         )
-    return path
+    if not model.strip():  # a blank path would name the server's current directory
+        raise gr.Error("pick a model in the list", title="No model")
+    return model.strip()
 
 
-def parse_request(image: dict | None, captions_text: str | None, references_text: str | None) -> ScoreRequest:
+def parse_request(image: object, captions_text: object, references_text: object) -> ScoreRequest:
     """Validate the form inputs; every violation is a `gr.Error` the user reads in the page."""
-    captions = split_lines(captions_text)
+    captions = split_lines(captions_text, "caption")
     if not captions:
         raise gr.Error("enter at least one candidate caption, one per line", title="No captions")
     check_texts(captions, "caption", MAX_CAPTIONS)
-    references = split_lines(references_text)
+    references = split_lines(references_text, "reference")
     check_texts(references, "reference", MAX_REFERENCES)
     return ScoreRequest(image=check_image(image), captions=captions, references=references)
 
@@ -252,6 +387,7 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     if getattr(pac_s_output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
         table[ref_name] = pac_s_output.ref_scores.tolist()
         ranked_by = ref_name
+    check_finite(table)
     table = table.sort_values(ranked_by, ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     table.attrs["ranked_by"] = ranked_by
@@ -260,6 +396,19 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
 
 def score_columns(table: pd.DataFrame) -> list[str]:
     return [column for column in table.columns if column not in ("rank", "caption")]
+
+
+def check_finite(table: pd.DataFrame):
+    """A `gr.Error` naming the first score that is NaN or infinite: no such number is shown, ranked or sent."""
+    for column in score_columns(table):
+        for index, (caption, value) in enumerate(zip(table["caption"], table[column]), start=1):
+            if not math.isfinite(value):
+                logger.error("the model returned %s = %r for caption %d (%r)", column, value, index, caption)
+                raise gr.Error(
+                    f"{column} of caption {index} ('{shown(caption)}') came out as {value}, not a number: the model "
+                    "is faulty (this is logged); pick another model",
+                    title="Could not score",
+                )
 
 
 def styled_table(table: pd.DataFrame):
@@ -284,15 +433,18 @@ def chart_data(table: pd.DataFrame) -> pd.DataFrame:
     return long.sort_values("bar", kind="stable").drop(columns="rank").reset_index(drop=True)
 
 
-def summary_markdown(table: pd.DataFrame, models: ScoringModels, random_weights: bool) -> str:
-    """The best caption, what it was ranked by, and notes the user needs to read the numbers right."""
+def summary_text(table: pd.DataFrame, models: ScoringModels, random_weights: bool) -> str:
+    """The best caption, what it was ranked by, and notes the user needs to read the numbers right.
+
+    Plain text, shown in a text box: a caption is never rendered as Markdown or HTML.
+    """
     ranked_by = table.attrs["ranked_by"]
     best = table.iloc[0]
-    lines = [f"### Best caption: “{best['caption']}”", f"{ranked_by} {best[ranked_by]:.4f} (ranked by {ranked_by})"]
+    lines = [f"“{best['caption']}”", f"{ranked_by} {best[ranked_by]:.4f} (ranked by {ranked_by})"]
     if models.clip_s_unavailable_reason:
-        lines.append(f"\n*CLIP-S is not shown: {models.clip_s_unavailable_reason}*")
+        lines.append(f"CLIP-S is not shown: {models.clip_s_unavailable_reason}")
     if random_weights:
-        lines.append("\n*Tiny model with random weights: these numbers are meaningless.*")
+        lines.append("Tiny model with random weights: these numbers are meaningless.")
     return "\n".join(lines)
 
 
@@ -303,6 +455,30 @@ def results_json(table: pd.DataFrame, model: str) -> dict:
         "ranked_by": table.attrs["ranked_by"],
         "results": table.to_dict(orient="records"),
     }
+
+
+def run_guarded(handler, *arguments):
+    """Run a request handler: its `gr.Error`s reach the visitor; anything else is logged with an incident id and
+    shown without its class, message or any path (they may name server files)."""
+    try:
+        return handler(*arguments)
+    except gr.Error:
+        raise
+    except MemoryError as error:
+        logger.exception("out of memory scoring a request")
+        raise gr.Error(
+            "the server ran out of memory scoring this request: try again later, with a smaller image or fewer "
+            "captions",
+            title="Out of memory",
+        ) from error
+    except Exception as error:
+        incident = uuid.uuid4().hex[:8]
+        logger.exception("incident %s: scoring failed", incident)
+        raise gr.Error(
+            f"could not score this request: internal error (incident {incident}, logged on the server); try "
+            "again, and report the incident if it persists",
+            title="Internal error",
+        ) from error
 
 
 # ---------------------------------------------------------------------------------------------------- video tab
@@ -321,15 +497,28 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
     def score_video(video: str | None, captions_text: str, references_text: str, num_frames: float, model: str):
         """Score candidate captions (one per line) of a video clip, with optional references (one per line).
 
-        Returns the best caption (Markdown), the per-caption table and the results as JSON.
+        Returns the best caption (as text), the per-caption table and the results as JSON.
         """
+        return run_guarded(score_video_form, video, captions_text, references_text, num_frames, model)
+
+    def score_video_form(video, captions_text, references_text, num_frames, model):
+        model = check_model(model)
+        if isinstance(num_frames, bool) or not isinstance(num_frames, (int, float)) or num_frames != int(num_frames):
+            raise gr.Error(f"frames must be a whole number between 1 and {MAX_VIDEO_FRAMES}", title="Bad frame count")
         if not video:
             raise gr.Error("upload a video clip first (mp4, webm, mkv, avi or mov)", title="No video")
-        captions = split_lines(captions_text)
+        refused = gr.Error(REFUSED_IMAGE_MESSAGE.replace("the image", "the video"), title="Video not accepted")
+        if not isinstance(video, str):
+            raise refused
+        try:
+            video, _ = uploaded_path({"path": video})  # only files uploaded to this server, as for images
+        except gr.Error:
+            raise refused from None
+        captions = split_lines(captions_text, "caption")
         if not captions:
             raise gr.Error("enter at least one candidate caption, one per line", title="No captions")
         check_texts(captions, "caption", MAX_CAPTIONS)
-        references = split_lines(references_text)
+        references = split_lines(references_text, "reference")
         check_texts(references, "reference", MAX_REFERENCES)
         if not 1 <= int(num_frames) <= MAX_VIDEO_FRAMES:
             raise gr.Error(f"frames must be between 1 and {MAX_VIDEO_FRAMES}", title="Bad frame count")
@@ -337,7 +526,8 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
             with VideoFile(video) as clip:  # reads packets only: size and frame count before any decoding
                 width, height = clip.stream.width, clip.stream.height
         except (OSError, ValueError, ImportError) as error:
-            raise gr.Error(str(error).replace(video, Path(video).name), title="Not a readable video") from error
+            message = html.escape(str(error).replace(video, Path(video).name), quote=False)
+            raise gr.Error(message, title="Not a readable video") from error
         if width * height > MAX_IMAGE_PIXELS:
             raise gr.Error(f"the video is {width}x{height}: downscale it and upload it again", title="Video too large")
         models = cache.get(model)
@@ -367,7 +557,7 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
         table.insert(0, "rank", range(1, len(table) + 1))
         table.attrs["ranked_by"] = ranked_by
         return (
-            summary_markdown(table, models, random_weights=model == TINY_CHOICE),
+            summary_text(table, models, random_weights=model == TINY_CHOICE),
             styled_table(table),
             results_json(table, model),
         )
@@ -387,7 +577,7 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
                 captions = gr.Textbox(lines=5, label="Candidate captions (one per line)", elem_id="video-captions")
                 references = gr.Textbox(lines=3, label="Reference captions (optional)", elem_id="video-references")
                 button = gr.Button("Score video captions", variant="primary", elem_id="score-video-button")
-        best = gr.Markdown(elem_id="best-video-caption")
+        best = gr.Textbox(label="Best caption", lines=2, interactive=False, elem_id="best-video-caption")
         table = gr.Dataframe(label="Captions, per-caption P/R/F/coarse", interactive=False, wrap=True)
         with gr.Accordion("Results as JSON", open=False):
             details = gr.JSON(label="details")
@@ -400,41 +590,45 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
 
 
 # ---------------------------------------------------------------------------------------------------- app
-def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.Blocks:
-    """The Blocks app. `tiny=None` reads `PACS_SPACE_TINY`; `local_model=None` reads `PACS_SPACE_MODEL`.
+def build_demo(tiny: bool | None = None, local_model: str | None = None, public: bool | None = None) -> gr.Blocks:
+    """The Blocks app. `tiny=None` reads `PACS_SPACE_TINY`; `local_model=None` reads `PACS_SPACE_MODEL`;
+    `public=None` means "on the Hub" (`SPACE_ID` is set; `main` also counts a non-loopback `--host`).
 
-    A local model directory becomes the selector's first (default) entry.
+    A local model directory becomes the selector's first (default) entry. A public app refuses typed model paths.
     """
     tiny = tiny_mode_enabled() if tiny is None else tiny
     local_model = local_model or os.environ.get(LOCAL_MODEL_ENVIRONMENT_VARIABLE) or None
+    public = "SPACE_ID" in os.environ if public is None else public
     choices = TINY_CHOICES if tiny else HUB_CHOICES
-    # The Hub sets SPACE_ID in every Space: there, visitors pick from the list only.
-    cache = ModelCache(choices, local_model, allow_typed_paths="SPACE_ID" not in os.environ)
+    cache = ModelCache(choices, local_model, allow_typed_paths=not public)
     selector_entries = ([local_model] if local_model else []) + list(choices)
 
-    def score(image: dict | None, captions_text: str, references_text: str, model: str):
-        """Score candidate captions (one per line) of an image, with optional references (one per line).
-
-        Returns the best caption (Markdown), the ranked table, the bar-chart data and the results as JSON.
-        """
+    def score_form(image: object, captions_text: object, references_text: object, model: object):
         request = parse_request(image, captions_text, references_text)
+        model = check_model(model)
         models = cache.get(model)
-        try:
-            table = score_request(request, models)
-        except (OSError, ValueError, TypeError) as error:
-            raise gr.Error(str(error), title="Could not score") from error
+        table = score_request(request, models)
         return (
-            summary_markdown(table, models, random_weights=model == TINY_CHOICE),
+            summary_text(table, models, random_weights=model == TINY_CHOICE),
             styled_table(table),
             chart_data(table),
             results_json(table, model),
         )
 
+    def score(image: dict | None, captions_text: str, references_text: str, model: str):
+        """Score candidate captions (one per line) of an image, with optional references (one per line).
+
+        Returns the best caption (plain text), the ranked table, the bar-chart data and the results as JSON.
+        """
+        return run_guarded(score_form, image, captions_text, references_text, model)
+
     def list_models() -> list[str]:
         """The model selector's entries (the path of any local model directory is accepted as well)."""
         return selector_entries
 
-    with gr.Blocks(title="PAC-S++ caption scores") as demo:
+    with gr.Blocks(
+        title="PAC-S++ caption scores", delete_cache=(UPLOAD_LIFETIME_SECONDS, UPLOAD_LIFETIME_SECONDS)
+    ) as demo:
         gr.Markdown(
             "# PAC-S++: which caption describes the image best?\n"
             "Upload an image, write candidate captions (one per line) and, optionally, reference captions. "
@@ -458,9 +652,11 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
                 model = gr.Dropdown(
                     choices=selector_entries,
                     value=selector_entries[0],
-                    allow_custom_value=True,
+                    allow_custom_value=not public,
                     label="Model",
-                    info="Pick a model or type the path of a local PAC-S++ model directory",
+                    info="Pick a model"
+                    if public
+                    else "Pick a model or type the path of a local PAC-S++ model directory",
                 )
             with gr.Column():
                 captions = gr.Textbox(
@@ -475,7 +671,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
                     elem_id="references",
                 )
                 button = gr.Button("Score captions", variant="primary", elem_id="score-button")
-        best = gr.Markdown(elem_id="best-caption")
+        best = gr.Textbox(label="Best caption", lines=2, interactive=False, elem_id="best-caption")
         with gr.Row():
             table = gr.Dataframe(label="Ranked captions", interactive=False, elem_id="scores-table", wrap=True)
             chart = gr.BarPlot(
@@ -501,7 +697,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None) -> gr.B
         )
         gr.api(list_models, api_name="list_models")
         build_video_tab(cache, selector_entries)
-    demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY_LIMIT, max_size=MAX_QUEUE_SIZE)
+    demo.queue(default_concurrency_limit=concurrency_limit(), max_size=MAX_QUEUE_SIZE)
     return demo
 
 
@@ -515,8 +711,12 @@ def main(argv: list[str] | None = None):
         "--model", help=f"local PAC-S++ model directory offered first (or ${LOCAL_MODEL_ENVIRONMENT_VARIABLE})"
     )
     args = parser.parse_args(argv)
-    demo = build_demo(tiny=True if args.tiny else None, local_model=args.model)
-    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_FILE_SIZE, show_error=True)
+    if not 1 <= args.port <= 65535:
+        parser.error(f"--port {args.port} is not a port number: give one of 1-65535")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    demo = build_demo(tiny=True if args.tiny else None, local_model=args.model, public=is_public(args.host))
+    # show_error=False: only gr.Error messages (written for visitors) reach the page, never a raw exception.
+    demo.launch(server_name=args.host, server_port=args.port, max_file_size=MAX_FILE_SIZE, show_error=False)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,21 @@ def score_video(app, tmp_path_factory):
         yield handlers[0]
 
 
-def test_video_tab_scores_like_the_engine(app, score_video, tmp_path):
-    clip = write_video(tmp_path / "clip.mov", random_frames(6, 50))
+@pytest.fixture()
+def upload_folder(app, tmp_path):
+    """A folder inside gradio's upload folder: the only place the handler reads files from."""
+    import uuid
+
+    folder = Path(app.get_upload_folder()) / f"test-{uuid.uuid4().hex}"
+    folder.mkdir(parents=True)
+    yield folder
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_video_tab_scores_like_the_engine(app, score_video, upload_folder):
+    clip = write_video(upload_folder / "clip.mov", random_frames(6, 50))
     captions = ["a man rides a bike", "two dogs play in the snow", "a cooking show"]
     best, _, details = score_video(str(clip), "\n".join(captions) + "\n\n", "a person cycling\n", 4, app.TINY_CHOICE)
     engine = load_model("tiny")
@@ -49,19 +62,22 @@ def test_video_tab_scores_like_the_engine(app, score_video, tmp_path):
         ("reference f", expected.reference_f),
     ]:
         assert_scores_close([by_caption[caption][column] for caption in captions], values.tolist(), what=column)
-    assert "Best caption" in best and "random weights" in best
+    assert best.startswith(f"“{details['results'][0]['caption']}”") and "random weights" in best  # plain text
 
 
-def test_video_tab_errors_are_readable(app, score_video, tmp_path):
-    not_a_video = tmp_path / "notes.mp4"
+def test_video_tab_errors_are_readable(app, score_video, upload_folder, tmp_path):
+    not_a_video = upload_folder / "notes.mp4"
     not_a_video.write_text("plain text, not a video\n" * 10)
-    clip = write_video(tmp_path / "clip.mov", random_frames(3, 51))
+    clip = write_video(upload_folder / "clip.mov", random_frames(3, 51))
+    outside = write_video(tmp_path / "server_clip.mov", random_frames(3, 52))
     cases = [
         ((None, "a caption", "", 10), "upload a video clip first"),
         ((str(not_a_video), "a caption", "", 10), r"video 0 \('notes.mp4'\) could not be decoded"),
         ((str(clip), "  \n", "", 10), "enter at least one candidate caption"),
         ((str(clip), "a caption", "", 0), "frames must be between 1 and 32"),
         ((str(clip), "x" * 301, "", 10), "caption 1 .* is 301 characters long"),
+        ((str(outside), "a caption", "", 10), "the video is not a file uploaded to this Space"),
+        (("/etc/passwd", "a caption", "", 10), "the video is not a file uploaded to this Space"),
     ]
     for arguments, message in cases:
         with pytest.raises(app.gr.Error, match=message):
