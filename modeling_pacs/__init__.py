@@ -3,11 +3,24 @@
 from transformers import AutoConfig, AutoModel
 
 from .configuration_pacs import PACSConfig
+from .configuration_pearl import PearlConfig
 from .modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
+from .modeling_pearl import PearlModel, PearlOutput
 
 # Without trust_remote_code, an installed `pacs-pp` still lets the Auto classes load our directories.
 AutoConfig.register(PACSConfig.model_type, PACSConfig, exist_ok=True)
 AutoModel.register(PACSConfig, PACSModel, exist_ok=True)
+AutoConfig.register(PearlConfig.model_type, PearlConfig, exist_ok=True)
+AutoModel.register(PearlConfig, PearlModel, exist_ok=True)
 
 __version__ = "0.1.0"
-__all__ = ["PACSConfig", "PACSModel", "PACSScoreOutput", "PACSTextFeatures", "__version__"]
+__all__ = [
+    "PACSConfig",
+    "PACSModel",
+    "PACSScoreOutput",
+    "PACSTextFeatures",
+    "PearlConfig",
+    "PearlModel",
+    "PearlOutput",
+    "__version__",
+]

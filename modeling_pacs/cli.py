@@ -182,10 +182,10 @@ def run_score(args: argparse.Namespace) -> dict:
             item[ref_name] = score
     if args.output:
         suffix = args.output.suffix.lower()
-        text = format_results(items, names, means, args.model, model.config.w, suffix)
+        text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)
         write_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if not math.isnan(value))
-    print(f"{len(items)} captions scored with {args.model} (w={model.config.w}): mean {summary}")
+    print(f"{len(items)} captions scored with {args.model} (w={getattr(model.config, 'w', None)}): mean {summary}")
     if args.output:
         print(f"per-item scores written to {args.output}")
     return means

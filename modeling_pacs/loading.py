@@ -55,7 +55,12 @@ def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
     if not (directory / "config.json").is_file():
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
-        make_tiny_model(temporary, variant=variant, seed=TINY_SEED)
+        if variant == "pearl":
+            from .pearl.tiny import make_tiny_pearl
+
+            make_tiny_pearl(temporary, seed=TINY_SEED)
+        else:
+            make_tiny_model(temporary, variant=variant, seed=TINY_SEED)
         try:
             temporary.rename(directory)  # atomic: concurrent builders never see a half-written directory
         except OSError:
@@ -66,8 +71,9 @@ def tiny_model_directory(variant: str = "pac_s_pp") -> Path:
 def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None) -> PACSModel:
     """Load a PACSModel from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory.
 
-    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`) builds a random 32-dim model for offline smoke runs: its
-    scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S.
+    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`, `"tiny:pearl"`) builds a random 32-dim model for offline
+    smoke runs: its scores are meaningless, and a warning says so. Plain CLIP checkpoints (model_type `clip`) give
+    CLIP-S; Pearl directories (model_type `pearl`) give a `PearlScorer` (`scores`: Pearl-img, `ref_scores`: Pearl).
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
     if dtype is not None and dtype not in DTYPES:
@@ -77,6 +83,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
         logger.warning("model 'tiny' has RANDOM weights: its scores are meaningless (smoke tests only)")
         model = str(tiny_model_directory(variant))
     name_or_path = PRETRAINED_MODELS.get(model, model)
+    if _model_type(name_or_path) == "pearl":
+        return _load_pearl(name_or_path, device, dtype)
     if _is_plain_clip(name_or_path):
         loaded = PACSModel.from_clip(name_or_path, dtype=torch.float32)
     else:
@@ -92,3 +100,19 @@ def _is_plain_clip(name_or_path: str) -> bool:
         return AutoConfig.from_pretrained(name_or_path).model_type == "clip"
     except (OSError, ValueError):
         return False  # PACSModel.from_pretrained then raises the explanatory error
+
+
+def _model_type(name_or_path: str) -> str | None:
+    try:
+        return AutoConfig.from_pretrained(name_or_path).model_type
+    except (OSError, ValueError):
+        return None
+
+
+def _load_pearl(name_or_path: str, device: str | None, dtype: str | None):
+    """Pearl (model_type `pearl`): the head and its frozen encoders, as a `PearlScorer` with `score()`."""
+    if dtype not in (None, "fp32", "float32"):
+        raise ValueError(f"Pearl models run in fp32 only, got dtype {dtype!r}")
+    from .pearl.scorer import PearlScorer
+
+    return PearlScorer.from_pretrained(name_or_path, device=str(resolve_device(device)))
