@@ -1,7 +1,10 @@
 """PearlModel (SPEC-pearl §3-§5): structure, initial states, the fusion and the loss against NumPy."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from safetensors import safe_open
 from modeling_pacs import PearlConfig, PearlModel
 from modeling_pacs.modeling_pearl import PearlDiffNet, PearlHadamardNet
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, initialise_hadamard_nets, load_hadamard_init
+from modeling_pacs.pearl.saving import save_pearl
 from tests.pearl_helpers import one_torch_thread, random_features, tiny_pearl_config  # noqa: F401 (autouse fixture)
 
 
@@ -181,7 +185,7 @@ def test_save_and_reload_gives_identical_scores(tmp_path):
     tiny_pearl = PearlModel(tiny_pearl_config()).eval()
     with torch.no_grad():  # trained DiffNets must survive the reload (not be reset to u - c)
         tiny_pearl.image_arsms["clip"].diff_net.weight.mul_(0.5)
-    tiny_pearl.save_pretrained(tmp_path / "pearl")
+    save_pearl(tiny_pearl, tmp_path / "pearl")
     reloaded = PearlModel.from_pretrained(tmp_path / "pearl", dtype=torch.float32).eval()
     features = random_features(batch=3, num_refs=2, seed=11)
     with torch.no_grad():
@@ -190,3 +194,35 @@ def test_save_and_reload_gives_identical_scores(tmp_path):
     assert reloaded.config.reference_encoders == tiny_pearl.config.reference_encoders
     assert torch.equal(reloaded.image_arsms["clip"].diff_net.weight, tiny_pearl.image_arsms["clip"].diff_net.weight)
     assert torch.equal(reloaded.vss.positions, tiny_pearl.vss.positions)
+
+
+def test_saved_directory_loads_as_remote_code_in_a_fresh_process(tmp_path):
+    torch.manual_seed(2)
+    model = PearlModel(tiny_pearl_config()).eval()
+    save_pearl(model, tmp_path / "pearl")
+    for name in ("configuration_pearl.py", "modeling_pearl.py", "scoring.py", "config.json", "model.safetensors"):
+        assert (tmp_path / "pearl" / name).is_file(), name
+        assert (tmp_path / "pearl" / name).stat().st_mode & 0o777 == 0o644
+    features = random_features(batch=2, num_refs=1, seed=4)
+    torch.save(features, tmp_path / "features.pt")
+    with torch.no_grad():
+        expected = model(**features).score.numpy()
+    script = (
+        "import sys, torch; from transformers import AutoModel; "
+        "m = AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True, dtype=torch.float32).eval(); "
+        "assert type(m).__module__.startswith('transformers_modules'), type(m).__module__; "
+        "f = torch.load(sys.argv[2], weights_only=True); "
+        "print(' '.join(repr(v) for v in m(**f).score.tolist()))"
+    )
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    environment.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "pearl"), str(tmp_path / "features.pt")],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    np.testing.assert_allclose([float(value) for value in result.stdout.split()], expected, atol=1e-6)

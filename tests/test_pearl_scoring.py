@@ -1,0 +1,104 @@
+"""End-to-end Pearl scoring on tiny encoders: settings, input policies, and `load_model` / `pacs-score` selection."""
+
+import logging
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from modeling_pacs.loading import load_model
+from modeling_pacs.pearl.scorer import PearlScorer
+from modeling_pacs.pearl.tiny import make_tiny_pearl
+from tests.helpers import assert_scores_close, random_image
+from tests.pearl_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
+
+
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory):
+    return PearlScorer.from_pretrained(make_tiny_pearl(tmp_path_factory.mktemp("tiny_pearl"), seed=0))
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pearl_images")
+    paths = []
+    for index in range(3):
+        paths.append(str(folder / f"image_{index}.png"))
+        random_image(index, (60 + 10 * index, 50)).save(paths[-1])
+    return paths
+
+
+def test_reference_free_and_reference_based_scores(scorer, images):
+    candidates = ["a dog on the grass", "a cat on a sofa", "a red car"]
+    references = [["a dog running"], [], ["a car on the street", "a red car parked"]]
+    free = scorer.score(images, candidates)
+    based = scorer.score(images, candidates, references)
+    assert free.ref_scores is None and free.scores.shape == (3,)
+    assert ((based.ref_scores > 0) & (based.ref_scores < 1)).all()
+    # Pearl-img does not depend on references; an item without references gets Pearl = Pearl-img.
+    assert_scores_close(based.scores, free.scores)
+    assert_scores_close(based.ref_scores[1:2], free.scores[1:2])
+    # Eq. 3 by hand from the head's own outputs for item 0 (one reference).
+    encoded = scorer.encode(images[:1], candidates[:1], references[:1])
+    from modeling_pacs.pearl.features import assemble_batch
+
+    batch = assemble_batch(
+        scorer.config,
+        encoded["candidate_features"],
+        encoded["image_features"],
+        encoded["reference_lists"],
+        encoded["text_features"],
+    )
+    with torch.no_grad():
+        output = scorer.model(**batch)
+    expected = 0.5 * float(output.img_score[0]) + 0.5 * float(output.ref_scores[0, 0])
+    np.testing.assert_allclose(float(based.ref_scores[0]), expected, atol=1e-6)
+
+
+def test_scores_do_not_depend_on_batch_composition(scorer, images):
+    candidates = ["a dog on the grass", "a cat on a sofa", "a red car"]
+    references = [["a dog running"], ["a cat"], ["a car on the street"]]
+    together = scorer.score(images, candidates, references)
+    alone = [scorer.score([image], [caption], [refs]) for image, caption, refs in zip(images, candidates, references)]
+    assert_scores_close(together.ref_scores, [float(out.ref_scores[0]) for out in alone])
+
+
+def test_more_references_than_max_refs_keeps_the_first_and_warns(scorer, images, caplog):
+    references = [f"a dog number {index}" for index in range(7)]
+    with caplog.at_level(logging.WARNING, logger="modeling_pacs.pearl.scorer"):
+        many = scorer.score(images[:1], ["a dog"], [references])
+    first_five = scorer.score(images[:1], ["a dog"], [references[:5]])
+    assert_scores_close(many.ref_scores, first_five.ref_scores)
+    assert (
+        "1 item(s) have more than max_refs=5 references (first: item 0 with 7); Pearl keeps the first 5" in caplog.text
+    )
+
+
+def test_empty_candidate_is_scored_with_a_warning(scorer, images, caplog):
+    with caplog.at_level(logging.WARNING, logger="modeling_pacs.pearl.scorer"):
+        output = scorer.score(images[:2], ["a dog", "  "])
+    assert re.search(r"candidate\(s\) \[1\] are empty", caplog.text)
+    assert np.isfinite(output.scores.numpy()).all()
+
+
+@pytest.mark.parametrize(
+    ("candidates", "references", "error", "message"),
+    [
+        (["a", "b"], None, ValueError, "got 3 images and 2 candidates"),
+        (["a", "b", None], None, TypeError, "candidate 2 is NoneType (None), expected a string"),
+        (["a", "b", "c"], [["x"], ["y"]], ValueError, "got 2 reference lists for 3 candidates"),
+        (["a", "b", "c"], [["x"], [3], []], TypeError, "reference 0 of item 1 is int (3), expected a string"),
+    ],
+)
+def test_bad_input_names_the_item(scorer, images, candidates, references, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        scorer.score(images, candidates, references)
+
+
+def test_load_model_selects_pearl_by_model_type(scorer, images, tmp_path):
+    loaded = load_model("tiny:pearl", device="cpu")
+    assert isinstance(loaded, PearlScorer)
+    assert loaded.config.score_names == ("Pearl-img", "Pearl")
+    with pytest.raises(ValueError, match="Pearl models run in fp32 only"):
+        load_model("tiny:pearl", device="cpu", dtype="fp16")
