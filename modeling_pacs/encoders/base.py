@@ -37,17 +37,19 @@ def replace_empty(texts: list[str], placeholder: str | None) -> list[str]:
     return [text if text.strip() else placeholder for text in texts]
 
 
-def square_pixels(image: PIL.Image.Image, size: int, mean, std) -> torch.Tensor:
-    """torchvision `Resize((size, size), BICUBIC)` + `ToTensor` + `Normalize` (BLIP-2 / BEiT-3 eval transforms)."""
+def square_pixels(image: PIL.Image.Image, size: int, mean, std, bicubic: bool = True) -> torch.Tensor:
+    """torchvision `Resize((size, size))` (bicubic: BLIP-2; bilinear: BEiT-3) + `ToTensor` + `Normalize`."""
     if image.size != (size, size):
-        image = image.resize((size, size), PIL.Image.BICUBIC)
+        image = image.resize((size, size), PIL.Image.BICUBIC if bicubic else PIL.Image.BILINEAR)
     pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255)
     return (pixels - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
 
 
-def load_square_batch(images: list[ImageInput], indices: list[int], size: int, mean, std) -> torch.Tensor:
+def load_square_batch(
+    images: list[ImageInput], indices: list[int], size: int, mean, std, bicubic: bool = True
+) -> torch.Tensor:
     return torch.stack(
-        [square_pixels(load_image(image, index), size, mean, std) for image, index in zip(images, indices)]
+        [square_pixels(load_image(image, index), size, mean, std, bicubic) for image, index in zip(images, indices)]
     )
 
 
@@ -89,8 +91,9 @@ def load_encoder(name: str, spec: dict, base_directory: str | Path | None = None
             empty_text=spec.get("empty_text", EMPTY_TEXT),
         )
     if kind == "beit3":
-        raise NotImplementedError(
-            f"encoder '{name}': the BEiT-3 port is not available yet; use a Pearl configuration without BEiT-3 "
-            "(configuration_pearl.NO_BEIT3_IMAGE_ENCODERS / NO_BEIT3_REFERENCE_ENCODERS), the documented fallback"
+        from .beit3 import BEiT3RetrievalEncoder
+
+        return BEiT3RetrievalEncoder.from_pretrained(
+            path, name=name, device=device, empty_text=spec.get("empty_text", EMPTY_TEXT)
         )
     raise ValueError(f"encoder '{name}' has unknown type {kind!r}: expected 'pacs', 'blip2', 'stella' or 'beit3'")
