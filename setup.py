@@ -36,6 +36,8 @@ setup(
     extras_require={
         "train": ["datasets>=3.0", "accelerate>=1.0", "scipy"],
         "video": ["av>=12"],
+        # Pearl: BEiT-3's XLM-R tokenizer is built from its sentencepiece model; validation Kendall tau via scipy.
+        "pearl": ["sentencepiece>=0.2", "protobuf>=4", "scipy"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },

@@ -101,6 +101,8 @@ def test_encoders_give_the_documented_shapes(encoders, spica):
     images = [str(spica["images"] / "img_0.jpg"), str(spica["images"] / "img_1.jpg")]
     assert encoders["clip"].encode_image(images).shape == (2, 1, 32)
     assert encoders["clip"].encode_text(["a dog", "a cat"]).shape == (2, 32)
+    assert encoders["beit3"].encode_image(images).shape == (2, 1, 20)
+    assert encoders["beit3"].encode_text(["a dog", "a cat"]).shape == (2, 20)
     blip2_images = encoders["blip2"].encode_image(images)
     assert blip2_images.shape == (2, 4, 16)
     np.testing.assert_allclose(blip2_images.norm(dim=-1).numpy(), np.ones((2, 4)), atol=1e-5)  # L2-normalised

@@ -30,7 +30,7 @@ TINY_WORDS = (
     "sitting standing running playing riding eating sleeping walking jumping photo picture image depicts empty"
 ).split()
 TINY_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]", *TINY_WORDS, *"abcdefghijklmnopqrstuvwxyz.,!?"]
-TINY_ENCODER_DIMS = {"clip": 32, "blip2": 16, "stella": 24}
+TINY_ENCODER_DIMS = {"clip": 32, "beit3": 20, "blip2": 16, "stella": 24}
 TINY_BLIP2_QUERIES = 4
 
 
@@ -105,17 +105,64 @@ def make_tiny_stella(directory: str | Path, seed: int = 0) -> Path:
     return directory
 
 
+def make_tiny_beit3(directory: str | Path, seed: int = 0) -> Path:
+    """A tiny random BEiT-3 retrieval model with an XLM-R tokenizer over a sentencepiece model trained here."""
+    import io
+    import shutil
+    import tempfile
+
+    import sentencepiece
+    from transformers import XLMRobertaTokenizer
+
+    from ..encoders.beit3 import BEiT3Config, BEiT3ForRetrieval
+
+    torch.manual_seed(seed)
+    directory = Path(directory)
+    model_file = io.BytesIO()
+    sentences = [" ".join(TINY_WORDS[index:] + TINY_WORDS[:index]) for index in range(len(TINY_WORDS))]
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model_file,
+        vocab_size=80,
+        minloglevel=2,
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "sentencepiece.bpe.model").write_bytes(model_file.getvalue())
+        tokenizer = XLMRobertaTokenizer.from_pretrained(folder, model_max_length=77)
+    config = BEiT3Config(
+        hidden_size=TINY_ENCODER_DIMS["beit3"],
+        num_attention_heads=2,
+        intermediate_size=40,
+        num_hidden_layers=2,
+        vocab_size=len(tokenizer),
+        image_size=32,
+        patch_size=16,
+        max_text_positions=80,
+    )
+    BEiT3ForRetrieval(config).eval().save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    shutil.rmtree(directory / "__pycache__", ignore_errors=True)
+    return directory
+
+
 def tiny_pearl_model_config() -> PearlConfig:
-    """Pearl at feature size 24 over the tiny encoders (BEiT-3-free layout): CLIP 32-d is projected, the rest padded."""
+    """Pearl at feature size 24 over the tiny encoders, in the default layout: CLIP 32-d is projected (A8), the rest
+    zero-padded."""
     dims = TINY_ENCODER_DIMS
     return PearlConfig(
         image_encoders=[
             {"name": "clip", "dim": dims["clip"], "tokens": 1},
+            {"name": "beit3", "dim": dims["beit3"], "tokens": 1},
             {"name": "blip2", "dim": dims["blip2"], "tokens": TINY_BLIP2_QUERIES},
         ],
-        reference_encoders=[{"name": "blip2", "dim": dims["blip2"]}, {"name": "stella", "dim": dims["stella"]}],
+        reference_encoders=[
+            {"name": "blip2", "dim": dims["blip2"]},
+            {"name": "beit3", "dim": dims["beit3"]},
+            {"name": "stella", "dim": dims["stella"]},
+        ],
         encoder_specs={
             "clip": {"type": "pacs", "path": "encoders/clip"},
+            "beit3": {"type": "beit3", "path": "encoders/beit3", "empty_text": "[EMPTY]"},
             "blip2": {"type": "blip2", "path": "encoders/blip2", "empty_text": "[EMPTY]"},
             "stella": {"type": "stella", "path": "encoders/stella", "empty_text": "[EMPTY]"},
         },
@@ -129,12 +176,13 @@ def tiny_pearl_model_config() -> PearlConfig:
 
 
 def make_tiny_pearl(directory: str | Path, seed: int = 0) -> Path:
-    """Save a complete tiny Pearl directory: the model plus `encoders/{clip,blip2,stella}`."""
+    """Save a complete tiny Pearl directory: the model plus `encoders/{clip,beit3,blip2,stella}`."""
     from ..tiny import make_tiny_model
 
     directory = Path(directory)
     make_tiny_model(directory / "encoders" / "clip", variant="pac_s_pp", seed=seed)
     make_tiny_blip2(directory / "encoders" / "blip2", seed=seed)
+    make_tiny_beit3(directory / "encoders" / "beit3", seed=seed)
     make_tiny_stella(directory / "encoders" / "stella", seed=seed)
     torch.manual_seed(seed)
     model = PearlModel(tiny_pearl_model_config()).eval()
@@ -142,4 +190,4 @@ def make_tiny_pearl(directory: str | Path, seed: int = 0) -> Path:
     return directory
 
 
-__all__ = ["make_tiny_blip2", "make_tiny_pearl", "make_tiny_stella", "tiny_pearl_model_config"]
+__all__ = ["make_tiny_beit3", "make_tiny_blip2", "make_tiny_pearl", "make_tiny_stella", "tiny_pearl_model_config"]
