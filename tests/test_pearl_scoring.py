@@ -2,12 +2,13 @@
 
 import logging
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from modeling_pacs.loading import load_model
+from modeling_pacs.loading import load_model, tiny_model_directory
 from modeling_pacs.pearl.scorer import PearlScorer
 from modeling_pacs.pearl.tiny import make_tiny_pearl
 from tests.helpers import assert_scores_close, random_image
@@ -102,3 +103,18 @@ def test_load_model_selects_pearl_by_model_type(scorer, images, tmp_path):
     assert loaded.config.score_names == ("Pearl-img", "Pearl")
     with pytest.raises(ValueError, match="Pearl models run in fp32 only"):
         load_model("tiny:pearl", device="cpu", dtype="fp16")
+
+
+def test_evaluate_module_scores_with_a_pearl_directory(scorer, images, tmp_path):
+    import evaluate
+
+    metric_dir = str(Path(__file__).resolve().parent.parent / "metric" / "pacs_pp")
+    pearl_dir = tiny_model_directory("pearl")
+    metric = evaluate.load(metric_dir, model=str(pearl_dir), cache_dir=str(tmp_path / "evaluate"))
+    candidates = ["a dog on the grass", "a cat on a sofa", "a red car"]
+    references = [["a dog running"], ["a cat"], ["a car on the street"]]
+    result = metric.compute(predictions=candidates, images=images, references=references)
+    expected = load_model(str(pearl_dir), device="cpu").score(images, candidates, references)
+    assert (result["metric"], result["ref_metric"]) == ("Pearl-img", "Pearl")
+    assert_scores_close(result["scores"], expected.scores)
+    assert_scores_close(result["ref_scores"], expected.ref_scores)
