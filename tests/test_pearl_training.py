@@ -7,10 +7,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from transformers import EarlyStoppingCallback
 
 from modeling_pacs import PearlModel
 from modeling_pacs.encoders import load_encoder
@@ -19,7 +21,12 @@ from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.saving import save_pearl
 from modeling_pacs.pearl.scorer import PearlScorer
 from modeling_pacs.pearl.tiny import make_tiny_pearl
-from modeling_pacs.pearl.training import PearlDataCollator, PearlTrainer, pearl_training_arguments
+from modeling_pacs.pearl.training import (
+    PearlDataCollator,
+    PearlTrainer,
+    compute_pearl_metrics,
+    pearl_training_arguments,
+)
 from tests.helpers import assert_scores_close
 from tests.pearl_helpers import one_torch_thread, write_spica_fixture  # noqa: F401 (autouse fixture)
 
@@ -250,3 +257,28 @@ def test_training_lowers_loss_resumes_and_reloads_in_a_fresh_process(tiny_pearl_
 def load_scorer_encoders(directory):
     config = PearlModel.config_class.from_pretrained(directory)
     return {name: load_encoder(name, config.encoder_specs[name], directory) for name in config.encoder_names}
+
+
+def test_validation_metric_is_kendall_tau_c_and_early_stopping_has_patience_one(tiny_pearl_dir, spica, tmp_path):
+    predictions = np.array([0.1, 0.4, 0.35, 0.8, 0.7, 0.2])
+    human = np.array([0.0, 0.5, 0.5, 1.0, 0.75, 0.25])
+    # Stuart's tau-c by hand: 2 (P - Q) / (n^2 (m - 1) / m), m = min(distinct predictions, distinct scores).
+    concordant = discordant = 0
+    for i in range(6):
+        for j in range(i + 1, 6):
+            product = np.sign(predictions[i] - predictions[j]) * np.sign(human[i] - human[j])
+            concordant += product > 0
+            discordant += product < 0
+    m = min(len(set(predictions)), len(set(human)))
+    expected = 100 * 2 * (concordant - discordant) / (36 * (m - 1) / m)
+    metrics = compute_pearl_metrics(SimpleNamespace(predictions=predictions, label_ids=human))
+    assert metrics["kendall_c"] == pytest.approx(expected, abs=1e-9)
+    trainer = make_trainer(tiny_pearl_dir, spica, tmp_path / "run")
+    stoppers = [
+        callback for callback in trainer.callback_handler.callbacks if isinstance(callback, EarlyStoppingCallback)
+    ]
+    assert [stopper.early_stopping_patience for stopper in stoppers] == [1]
+    assert (trainer.args.metric_for_best_model, trainer.args.greater_is_better) == ("kendall_c", True)
+    assert trainer.args.load_best_model_at_end
+    with pytest.raises(ValueError, match="learning_rate must be > 0, got 0"):
+        pearl_training_arguments(str(tmp_path / "bad"), learning_rate=0)
