@@ -7,6 +7,9 @@
    and with the tiny PAC-S++ model. The real encoders (EVA ViT-g, Stella 400M) dominate real end-to-end time and are
    not measured here.
 
+The head costs about 72 GFLOP per reference-free sample (+6.3 GFLOP per reference), almost all of it in the
+HadamardNets: a CPU is the wrong device for Pearl at scale (the paper: 8.2 ms/sample on an RTX 3090).
+
     python scripts/benchmark_pearl.py --items 64 --references 5
 """
 
@@ -28,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_speed import make_workload  # noqa: E402
 
 
-def timed(function, repeats: int) -> float:
-    """Best wall time of `repeats` runs, in seconds (after one warm-up run)."""
-    function()
+def timed(function, repeats: int, warmup: bool = True) -> float:
+    """Best wall time of `repeats` runs, in seconds (after one warm-up run unless `warmup=False`)."""
+    if warmup:
+        function()
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
@@ -58,6 +62,7 @@ def main() -> int:
     parser.add_argument("--references", type=int, default=5, help="references per sample (1..5)")
     parser.add_argument("--batch-size", type=int, default=16, help="Pearl head batch (> 0)")
     parser.add_argument("--repeats", type=int, default=2, help="timed runs, best kept (> 0)")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed first run (slow CPUs)")
     parser.add_argument("--output", type=Path, help="also write the figures as JSON")
     args = parser.parse_args()
     if args.items <= 0 or args.batch_size <= 0 or args.repeats <= 0 or not 1 <= args.references <= 5:
@@ -66,6 +71,13 @@ def main() -> int:
     figures = {"items": args.items, "references": args.references, "threads": torch.get_num_threads()}
 
     head = PearlModel(PearlConfig()).eval()
+    # HadamardNet runs its 1x1-conv MLP on every one of the 768 coordinates of every token: it dominates the head.
+    coordinate_macs = sum(
+        m.weight.numel() for m in head.image_arsms["clip"].hadamard_net.modules() if hasattr(m, "kernel_size")
+    )
+    token_gflop = 2 * coordinate_macs * head.config.feature_dim / 1e9
+    figures["hadamard_gflop_ref_free_sample"] = token_gflop * head.config.image_sequence_length
+    figures["hadamard_gflop_per_reference"] = token_gflop * head.config.reference_sequence_length
     for label, num_refs in (("pearl_head_ref_free_ms", 0), ("pearl_head_ref_based_ms", args.references)):
         features = head_features(head.config, args.batch_size, num_refs)
 
@@ -75,7 +87,7 @@ def main() -> int:
                     head(**features)
 
         batches = -(-args.items // args.batch_size)
-        figures[label] = 1000 * timed(run_head, args.repeats) / (batches * args.batch_size)
+        figures[label] = 1000 * timed(run_head, args.repeats, not args.no_warmup) / (batches * args.batch_size)
 
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
@@ -92,19 +104,27 @@ def main() -> int:
         )
         scorer = PearlScorer(PearlModel(full_head_config).eval(), tiny.encoders, batch_size=args.batch_size)
         figures["pearl_end_to_end_tiny_encoders_ms"] = (
-            1000 * timed(lambda: scorer.score(images, candidates, references), args.repeats) / len(items)
+            1000
+            * timed(lambda: scorer.score(images, candidates, references), args.repeats, not args.no_warmup)
+            / len(items)
         )
         vit_b32 = make_tiny_model(clip_config=vit_b32_clip_config()).eval()
         vit_b32.clip = vit_b32.peft_model.merge_and_unload()  # as PACSModel.from_pretrained does
         figures["ref_pac_s_pp_vit_b32_ms"] = (
             1000
-            * timed(lambda: vit_b32.score(images, candidates, references, progress=False), args.repeats)
+            * timed(
+                lambda: vit_b32.score(images, candidates, references, progress=False), args.repeats, not args.no_warmup
+            )
             / len(items)
         )
         tiny_pacs = PACSModel.from_pretrained(tiny_dir / "encoders" / "clip", dtype=torch.float32).eval()
         figures["ref_pac_s_pp_tiny_ms"] = (
             1000
-            * timed(lambda: tiny_pacs.score(images, candidates, references, progress=False), args.repeats)
+            * timed(
+                lambda: tiny_pacs.score(images, candidates, references, progress=False),
+                args.repeats,
+                not args.no_warmup,
+            )
             / len(items)
         )
     for name, value in figures.items():

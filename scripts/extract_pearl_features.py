@@ -8,14 +8,19 @@ Interrupted runs resume: whole shards already written are kept.
 """
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
 
+import torch
+from safetensors import safe_open
+
 from modeling_pacs.encoders import load_encoder
 from modeling_pacs.modeling_pearl import PearlModel
 from modeling_pacs.pearl.data import LAYOUTS, read_rows, split_paths
-from modeling_pacs.pearl.features import extract_features
+from modeling_pacs.pearl.features import FeatureCache, extract_features
+from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, fraction_outside
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,6 +56,17 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.no_progress,
     )
     print(f"{len(rows)} rows: {counts['computed']} shards computed, {counts['skipped']} already cached in {args.cache}")
+    # SPEC-pearl A2: the HadamardNets were pretrained on U(low, high); report how much real data falls outside.
+    with safe_open(HADAMARD_INIT_PATH, "pt") as handle:
+        recipe = json.loads(handle.metadata()["recipe"])
+    cache = FeatureCache(args.cache)
+    for name in config.encoder_names:
+        tensors = [cache.text_features[name].flatten()]
+        if name in cache.image_features:
+            tensors.append(cache.image_features[name].flatten())
+        share = fraction_outside(torch.cat(tensors), recipe["low"], recipe["high"])
+        flag = "  (above 0.1 %: consider pretrain_hadamard.py with a wider range)" if share > 1e-3 else ""
+        print(f"{name}: {100 * share:.3f} % of feature values outside [{recipe['low']}, {recipe['high']}]{flag}")
     return 0
 
 

@@ -10,14 +10,13 @@ import torch
 
 from modeling_pacs.loading import load_model, tiny_model_directory
 from modeling_pacs.pearl.scorer import PearlScorer
-from modeling_pacs.pearl.tiny import make_tiny_pearl
 from tests.helpers import assert_scores_close, random_image
 from tests.pearl_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 
 @pytest.fixture(scope="module")
-def scorer(tmp_path_factory):
-    return PearlScorer.from_pretrained(make_tiny_pearl(tmp_path_factory.mktemp("tiny_pearl"), seed=0))
+def scorer():
+    return PearlScorer.from_pretrained(tiny_model_directory("pearl"))
 
 
 @pytest.fixture(scope="module")

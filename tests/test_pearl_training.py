@@ -16,11 +16,11 @@ from transformers import EarlyStoppingCallback
 
 from modeling_pacs import PearlModel
 from modeling_pacs.encoders import load_encoder
+from modeling_pacs.loading import tiny_model_directory
 from modeling_pacs.pearl.data import parse_references, read_rows, rows_from_records
 from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.saving import save_pearl
 from modeling_pacs.pearl.scorer import PearlScorer
-from modeling_pacs.pearl.tiny import make_tiny_pearl
 from modeling_pacs.pearl.training import (
     PearlDataCollator,
     PearlTrainer,
@@ -34,8 +34,8 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def tiny_pearl_dir(tmp_path_factory):
-    return make_tiny_pearl(tmp_path_factory.mktemp("tiny_pearl"), seed=0)
+def tiny_pearl_dir():
+    return tiny_model_directory("pearl")  # built once per test session (read-only here)
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +282,45 @@ def test_validation_metric_is_kendall_tau_c_and_early_stopping_has_patience_one(
     assert trainer.args.load_best_model_at_end
     with pytest.raises(ValueError, match="learning_rate must be > 0, got 0"):
         pearl_training_arguments(str(tmp_path / "bad"), learning_rate=0)
+
+
+def test_extraction_and_training_scripts(tiny_pearl_dir, spica, tmp_path, capsys):
+    sys.path.insert(0, str(REPOSITORY / "scripts"))
+    try:
+        import extract_pearl_features
+        import train_pearl
+    finally:
+        sys.path.remove(str(REPOSITORY / "scripts"))
+    common = ["--data", str(spica["data"])]
+    extract = [
+        *common,
+        "--images",
+        str(spica["images"]),
+        "--model",
+        str(tiny_pearl_dir),
+        "--cache",
+        str(tmp_path / "f"),
+    ]
+    assert extract_pearl_features.main([*extract, "--shard-size", "8", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "16 rows: " in printed
+    # Stella features are L2-normalised 24-d vectors: no value can leave [-1, 1].
+    assert "stella: 0.000 % of feature values outside [-1.0, 1.0]" in printed
+    # The script's cache holds the same features as the fixture's (built by the library call).
+    np.testing.assert_allclose(
+        FeatureCache(tmp_path / "f").texts("stella", ["a blue bus"]).numpy(),
+        FeatureCache(spica["cache"]).texts("stella", ["a blue bus"]).numpy(),
+        atol=1e-6,
+    )
+    train = [*common, "--cache", str(tmp_path / "f"), "--init", str(tiny_pearl_dir), "--output", str(tmp_path / "run")]
+    assert train_pearl.main([*train, "--epochs", "1", "--batch-size", "4", "--warmup-steps", "0"]) == 0
+    assert "validation Kendall tau-c" in capsys.readouterr().out
+    best = PearlModel.from_pretrained(tmp_path / "run" / "best", dtype=torch.float32)
+    assert best.config.encoder_names == ["clip", "beit3", "blip2", "stella"]
+    assert (tmp_path / "run" / "best" / "encoders" / "stella" / "2_Dense_768" / "config.json").is_file()
+    with pytest.raises(SystemExit):
+        train_pearl.main([*train, "--epochs", "1"])
+    assert "is not empty: pass --resume to continue or --overwrite" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        extract_pearl_features.main([*extract, "--shard-size", "0"])
+    assert "--shard-size must be > 0" in capsys.readouterr().err

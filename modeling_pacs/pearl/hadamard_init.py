@@ -106,6 +106,13 @@ def load_hadamard_init(path: Path = HADAMARD_INIT_PATH) -> dict[str, torch.Tenso
     return load_file(path)
 
 
+def fraction_outside(features: torch.Tensor, low: float, high: float) -> float:
+    """Share of feature values outside the pretraining range [low, high] (A2: widen the range above 0.1 %)."""
+    if features.numel() == 0:
+        return 0.0
+    return float(((features < low) | (features > high)).float().mean())
+
+
 def initialise_hadamard_nets(model: PearlModel, path: Path = HADAMARD_INIT_PATH) -> int:
     """Load the pretrained multiplication into every HadamardNet of `model` (as Pearl does for all six).
 
@@ -127,6 +134,7 @@ def initialise_hadamard_nets(model: PearlModel, path: Path = HADAMARD_INIT_PATH)
 __all__ = [
     "HADAMARD_INIT_PATH",
     "HadamardRecipe",
+    "fraction_outside",
     "held_out_mse",
     "initialise_hadamard_nets",
     "load_hadamard_init",
