@@ -244,6 +244,24 @@ class PearlModel(PearlPreTrainedModel):
             )
         return torch.stack(tokens, dim=1)
 
+    def check_features(self, candidate_features: dict, image_features: dict, reference_features: dict | None):
+        """Raise a ValueError naming the first encoder whose features are missing or of the wrong size."""
+        groups = [("candidate_features", candidate_features, self.config.encoder_names)]
+        groups.append(("image_features", image_features, [e["name"] for e in self.config.image_encoders]))
+        if reference_features is not None:
+            names = [e["name"] for e in self.config.reference_encoders]
+            groups.append(("reference_features", reference_features, names))
+        dims = {e["name"]: int(e["dim"]) for e in self.config.image_encoders + self.config.reference_encoders}
+        for argument, features, names in groups:
+            for name in names:
+                if name not in features:
+                    raise ValueError(f"{argument} has no '{name}' features: this Pearl uses {names}")
+                if features[name].shape[-1] != dims[name]:
+                    raise ValueError(
+                        f"{argument}['{name}'] has size {features[name].shape[-1]}, the config says {dims[name]}: "
+                        "extract features with the encoders this model was trained on"
+                    )
+
     def forward(
         self,
         candidate_features: dict[str, torch.Tensor],
@@ -262,6 +280,7 @@ class PearlModel(PearlPreTrainedModel):
             reference_mask: `[B, R]` bool, True on real references; `None` means all R slots are real.
             labels: `[B]` human scores in [0, 1]; gives `loss`.
         """
+        self.check_features(candidate_features, image_features, reference_features)
         img_score = self.image_head(self.vss(self.image_tokens(candidate_features, image_features))).squeeze(-1)
         batch = img_score.shape[0]
         if reference_features is None or not self.config.reference_encoders:

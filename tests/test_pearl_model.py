@@ -226,3 +226,14 @@ def test_saved_directory_loads_as_remote_code_in_a_fresh_process(tmp_path):
         check=True,
     )
     np.testing.assert_allclose([float(value) for value in result.stdout.split()], expected, atol=1e-6)
+
+
+def test_missing_or_mis_sized_features_name_the_encoder(tiny_pearl):
+    features = random_features(batch=2, num_refs=1)
+    del features["candidate_features"]["stella"]
+    with pytest.raises(ValueError, match=re.escape("candidate_features has no 'stella' features")):
+        tiny_pearl(**features)
+    features = random_features(batch=2, num_refs=1)
+    features["image_features"]["blip2"] = torch.zeros(2, 3, 9)
+    with pytest.raises(ValueError, match=re.escape("image_features['blip2'] has size 9, the config says 8")):
+        tiny_pearl(**features)
