@@ -324,3 +324,24 @@ def test_extraction_and_training_scripts(tiny_pearl_dir, spica, tmp_path, capsys
     with pytest.raises(SystemExit):
         extract_pearl_features.main([*extract, "--shard-size", "0"])
     assert "--shard-size must be > 0" in capsys.readouterr().err
+
+
+def test_blip2_features_match_the_retrieval_model_itc_path(encoders, tiny_pearl_dir, spica):
+    from transformers import Blip2ForImageTextRetrieval
+
+    from modeling_pacs.encoders import blip_caption_normalise
+    from modeling_pacs.encoders.base import load_square_batch
+
+    assert blip_caption_normalise('A Dog (running)!  on: the "grass".') == "a dog running on the grass"
+    assert blip_caption_normalise(" ".join(["dog"] * 60)) == " ".join(["dog"] * 50)
+    peer = Blip2ForImageTextRetrieval.from_pretrained(tiny_pearl_dir / "encoders" / "blip2", dtype=torch.float32).eval()
+    encoder = encoders["blip2"]
+    image = str(spica["images"] / "img_2.jpg")
+    pixels = load_square_batch([image], [0], encoder.image_size, encoder.image_mean, encoder.image_std)
+    tokens = encoder.tokenizer(["a dog on the grass"], return_tensors="pt")
+    with torch.no_grad():
+        itc = peer(pixel_values=pixels, input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
+    np.testing.assert_allclose(encoder.encode_image([image])[0].numpy(), itc.image_embeds[0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        encoder.encode_text(["A dog on the grass."])[0].numpy(), itc.text_embeds[0].numpy(), atol=1e-5
+    )
