@@ -117,3 +117,26 @@ def test_evaluate_module_scores_with_a_pearl_directory(scorer, images, tmp_path)
     assert (result["metric"], result["ref_metric"]) == ("Pearl-img", "Pearl")
     assert_scores_close(result["scores"], expected.scores)
     assert_scores_close(result["ref_scores"], expected.ref_scores)
+
+
+def test_space_scores_a_pearl_directory(images, monkeypatch, tmp_path):
+    import importlib.util
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+    specification = importlib.util.spec_from_file_location(
+        "pacs_space_app_pearl", Path(__file__).resolve().parent.parent / "space" / "app.py"
+    )
+    app = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(app)
+    pearl_dir = str(tiny_model_directory("pearl"))
+    models = app.ModelCache(app.TINY_CHOICES, local_model=pearl_dir, allow_typed_paths=False).get(pearl_dir)
+    assert models.clip_s is None
+    captions = ["a dog on the grass", "a red car"]
+    request = app.ScoreRequest(image=images[0], captions=captions, references=["a dog running"])
+    table = app.score_request(request, models)
+    expected = load_model(pearl_dir, device="cpu").score([images[0]] * 2, captions, [["a dog running"]] * 2)
+    by_caption = table.set_index("caption")
+    assert_scores_close(by_caption.loc[captions, "Pearl"].tolist(), expected.ref_scores)
+    assert_scores_close(by_caption.loc[captions, "Pearl-img"].tolist(), expected.scores)
+    assert table.attrs["ranked_by"] == "Pearl"
