@@ -140,3 +140,28 @@ def test_space_scores_a_pearl_directory(images, monkeypatch, tmp_path):
     assert_scores_close(by_caption.loc[captions, "Pearl"].tolist(), expected.ref_scores)
     assert_scores_close(by_caption.loc[captions, "Pearl-img"].tolist(), expected.scores)
     assert table.attrs["ranked_by"] == "Pearl"
+
+
+def test_corpus_scorer_scores_with_a_pearl_directory(images, tmp_path):
+    import importlib.util
+    import json
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "score_corpus.py"
+    specification = importlib.util.spec_from_file_location("score_corpus_pearl", script)
+    score_corpus = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(score_corpus)
+    rows = [
+        {"image": images[index % 3], "caption": caption, "references": [f"a reference {index}", "a dog"]}
+        for index, caption in enumerate(["a dog", "a cat on a sofa", "a red car", "two people", "a ball"])
+    ]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    pearl_dir = str(tiny_model_directory("pearl"))
+    arguments = [str(tmp_path / "corpus.jsonl"), "--output-dir", str(tmp_path / "out"), "--model", pearl_dir]
+    score_corpus.main([*arguments, "--shard-size", "2", "--references-column", "references"])
+    results = [json.loads(line) for line in (tmp_path / "out" / "scores.jsonl").read_text().splitlines()]
+    assert [result["row"] for result in results] == [0, 1, 2, 3, 4]
+    expected = load_model(pearl_dir, device="cpu").score(
+        [row["image"] for row in rows], [row["caption"] for row in rows], [row["references"] for row in rows]
+    )
+    assert_scores_close([result["Pearl"] for result in results], expected.ref_scores)
+    assert_scores_close([result["Pearl-img"] for result in results], expected.scores)
