@@ -165,6 +165,7 @@ class BEiT3ForRetrieval(PreTrainedModel):
     Example:
 
     ```python
+    >>> import torch
     >>> from modeling_pacs.encoders.beit3 import BEiT3Config, BEiT3ForRetrieval
     >>> model = BEiT3ForRetrieval(BEiT3Config(hidden_size=32, num_attention_heads=2, intermediate_size=64,
     ...     num_hidden_layers=1, vocab_size=50, image_size=32, patch_size=16)).eval()

@@ -108,7 +108,6 @@ def make_tiny_stella(directory: str | Path, seed: int = 0) -> Path:
 def make_tiny_beit3(directory: str | Path, seed: int = 0) -> Path:
     """A tiny random BEiT-3 retrieval model with an XLM-R tokenizer over a sentencepiece model trained here."""
     import io
-    import shutil
     import tempfile
 
     import sentencepiece
@@ -141,7 +140,6 @@ def make_tiny_beit3(directory: str | Path, seed: int = 0) -> Path:
     )
     BEiT3ForRetrieval(config).eval().save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    shutil.rmtree(directory / "__pycache__", ignore_errors=True)
     return directory
 
 
