@@ -25,6 +25,7 @@ Relative image paths are resolved against --image-root (default: the input file'
 
 models: a local directory, a Hub id, or an alias: {", ".join(sorted(PRETRAINED_MODELS))};
 "tiny" (random weights, meaningless scores) for an offline smoke run.
+A Pearl model directory gives the columns Pearl-img (reference-free) and Pearl ("tiny:pearl" for a smoke run).
 
 examples:
   pacs-score captions.json --output scores.json
@@ -185,7 +186,9 @@ def run_score(args: argparse.Namespace) -> dict:
         text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)
         write_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if not math.isnan(value))
-    print(f"{len(items)} captions scored with {args.model} (w={getattr(model.config, 'w', None)}): mean {summary}")
+    w = getattr(model.config, "w", None)  # Pearl has no w
+    setting = f" (w={w})" if w is not None else ""
+    print(f"{len(items)} captions scored with {args.model}{setting}: mean {summary}")
     if args.output:
         print(f"per-item scores written to {args.output}")
     return means
