@@ -41,6 +41,8 @@ setup(
         "generate": ["diffusers>=0.30", "datasets>=3.0", "accelerate>=1.0", "pyarrow"],
         # SigLIP's tokenizer is sentencepiece-based (SiglipTokenizer); SigLIP 2's needs only `tokenizers`.
         "siglip": ["sentencepiece>=0.2", "protobuf"],
+        # Pearl: BEiT-3's XLM-R tokenizer is built from its sentencepiece model; validation Kendall tau via scipy.
+        "pearl": ["sentencepiece>=0.2", "protobuf>=4", "scipy"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },

@@ -3,8 +3,10 @@
 from transformers import AutoConfig, AutoModel
 
 from .configuration_pacs import PACSConfig
+from .configuration_pearl import PearlConfig
 from .configuration_polos import PolosConfig
 from .modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
+from .modeling_pearl import PearlModel, PearlOutput
 from .modeling_polos import PolosModel, PolosScoreOutput
 from .video_scoring import PACSVideoScoreOutput
 
@@ -13,6 +15,8 @@ AutoConfig.register(PACSConfig.model_type, PACSConfig, exist_ok=True)
 AutoModel.register(PACSConfig, PACSModel, exist_ok=True)
 AutoConfig.register(PolosConfig.model_type, PolosConfig, exist_ok=True)
 AutoModel.register(PolosConfig, PolosModel, exist_ok=True)
+AutoConfig.register(PearlConfig.model_type, PearlConfig, exist_ok=True)
+AutoModel.register(PearlConfig, PearlModel, exist_ok=True)
 
 __version__ = "0.1.0"
 __all__ = [
@@ -21,6 +25,9 @@ __all__ = [
     "PACSScoreOutput",
     "PACSTextFeatures",
     "PACSVideoScoreOutput",
+    "PearlConfig",
+    "PearlModel",
+    "PearlOutput",
     "PolosConfig",
     "PolosModel",
     "PolosScoreOutput",

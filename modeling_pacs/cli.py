@@ -28,6 +28,7 @@ Relative image paths are resolved against --image-root (default: the input file'
 
 models: a local directory, a Hub id, or an alias: {", ".join(sorted(PRETRAINED_MODELS))};
 "tiny" (random weights, meaningless scores) for an offline smoke run.
+A Pearl model directory gives the columns Pearl-img (reference-free) and Pearl ("tiny:pearl" for a smoke run).
 
 examples:
   pacs-score captions.json --output scores.json

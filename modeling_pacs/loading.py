@@ -79,6 +79,10 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
         if variant == "polos":
             make_tiny_polos_model(temporary, seed=TINY_SEED)
+        elif variant == "pearl":
+            from .pearl.tiny import make_tiny_pearl
+
+            make_tiny_pearl(temporary, seed=TINY_SEED)
         else:
             make_tiny_model(temporary, variant=variant, seed=TINY_SEED, backbone=backbone)
         try:
@@ -96,6 +100,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     CLIP checkpoints (model_type `clip`) give CLIP-S, and so do plain SigLIP ones (`google/siglip-base-patch16-224`,
     `google/siglip2-base-patch16-224`) with SigLIP's own pipelines; SigLIP 2 NaFlex checkpoints are refused with an
     explanation. `"tiny:polos"` builds a random Polos; Polos directories (model_type `polos`) load as `PolosModel`.
+    `"tiny:pearl"` builds a random Pearl; Pearl directories (model_type `pearl`) give a `PearlScorer` (`scores`:
+    Pearl-img, `ref_scores`: Pearl).
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
     """
     if not isinstance(model, str) or not model.strip():
@@ -108,6 +114,8 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
         model = str(tiny_model_directory(variant or "pac_s_pp", TINY_BACKBONES[name]))
     name_or_path = PRETRAINED_MODELS.get(model, model)
     model_type = _plain_model_type(name_or_path)
+    if model_type == "pearl":
+        return _load_pearl(name_or_path, device, dtype)
     if model_type == "clip":
         loaded = PACSModel.from_clip(name_or_path, dtype=torch.float32)
     elif model_type == "polos":
@@ -127,3 +135,12 @@ def _plain_model_type(name_or_path: str) -> str | None:
         return AutoConfig.from_pretrained(name_or_path).model_type
     except (OSError, ValueError):
         return None  # PACSModel.from_pretrained then raises the explanatory error
+
+
+def _load_pearl(name_or_path: str, device: str | None, dtype: str | None):
+    """Pearl (model_type `pearl`): the head and its frozen encoders, as a `PearlScorer` with `score()`."""
+    if dtype not in (None, "fp32", "float32"):
+        raise ValueError(f"Pearl models run in fp32 only, got dtype {dtype!r}")
+    from .pearl.scorer import PearlScorer
+
+    return PearlScorer.from_pretrained(name_or_path, device=str(resolve_device(device)))

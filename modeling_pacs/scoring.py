@@ -316,6 +316,32 @@ def combined_video_scores(video: VideoMatchScores, reference: VideoMatchScores) 
     return VideoMatchScores(precision, recall, f, coarse, coarse_fine_score(coarse, f))
 
 
+def fuse_pearl_scores(
+    img_score: torch.Tensor, ref_scores: torch.Tensor, ref_mask: torch.Tensor, lambda_img: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pearl Eqs. 2-3: best reference score (masked slots count 0) and the lambda fusion where a reference exists.
+
+    Args:
+        img_score: `[B]` image-head scores. ref_scores: `[B, R]` reference-head scores. ref_mask: `[B, R]` bool.
+
+    Returns:
+        `(score, ref_score, has_refs)`, each `[B]`.
+    """
+    ref_score = torch.where(ref_mask, ref_scores, torch.zeros_like(ref_scores)).amax(dim=1)
+    has_refs = ref_mask.any(dim=1)
+    score = torch.where(has_refs, lambda_img * img_score + (1 - lambda_img) * ref_score, img_score)
+    return score, ref_score, has_refs
+
+
+def pearl_huber_loss(
+    img_score: torch.Tensor, ref_score: torch.Tensor, has_refs: torch.Tensor, labels: torch.Tensor, delta: float
+) -> torch.Tensor:
+    """Pearl's loss (SPEC-pearl §5, A4): `sum_b H(y_img_b, y_b) + sum_{b with refs} H(y_ref_b, y_b)`, Huber `delta`."""
+    image_term = F.huber_loss(img_score, labels, reduction="sum", delta=delta)
+    reference_term = F.huber_loss(ref_score[has_refs], labels[has_refs], reduction="sum", delta=delta)
+    return image_term + reference_term
+
+
 __all__ = [
     "IDFTable",
     "VideoMatchScores",
@@ -324,6 +350,7 @@ __all__ = [
     "combined_video_scores",
     "cosine_similarity",
     "fine_grained_scores",
+    "fuse_pearl_scores",
     "harmonic_mean",
     "idf_table",
     "last_token_embeds",
@@ -331,6 +358,7 @@ __all__ = [
     "max_per_item",
     "max_reference_similarity",
     "normalized_weights",
+    "pearl_huber_loss",
     "polos_features",
     "polos_head",
     "reference_based_score",

@@ -200,6 +200,8 @@ class ModelCache:
                 title="Unknown model",
             )
         pac_s = self.load_or_explain(str(Path(choice).expanduser()), choice)
+        if pac_s.config.model_type == "pearl":  # a PearlScorer: Pearl-img and Pearl columns, no CLIP-S
+            return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason="Pearl models score on their own")
         if pac_s.config.variant == "clip_s":
             raise gr.Error(
                 f"'{shown(choice)}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is "

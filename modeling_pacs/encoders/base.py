@@ -1,0 +1,99 @@
+"""The encoder protocol, shared image/text helpers, and `load_encoder` (spec -> encoder)."""
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import PIL.Image
+import torch
+
+from ..inputs import ImageInput, load_image
+
+# Pearl's extractors replace empty captions with this for BLIP-2, BEiT-3 and Stella (SPEC-pearl §2).
+EMPTY_TEXT = "[EMPTY]"
+
+
+@runtime_checkable
+class PearlEncoder(Protocol):
+    """A frozen feature extractor.
+
+    Attributes: `name` (key in Pearl's config), `dim` (feature size), `tokens` (image tokens; 0 for text-only encoders).
+    `encode_image(images)` returns `[B, tokens, dim]` fp32 on CPU; `encode_text(texts)` returns `[B, dim]`.
+    """
+
+    name: str
+    dim: int
+    tokens: int
+
+    def encode_image(self, images: list[ImageInput], item_indices: list[int] | None = None) -> torch.Tensor: ...
+
+    def encode_text(self, texts: list[str]) -> torch.Tensor: ...
+
+
+def replace_empty(texts: list[str], placeholder: str | None) -> list[str]:
+    """Empty or blank texts become `placeholder` (as Pearl's extractors do); `None` keeps them."""
+    if placeholder is None:
+        return list(texts)
+    return [text if text.strip() else placeholder for text in texts]
+
+
+def square_pixels(image: PIL.Image.Image, size: int, mean, std, bicubic: bool = True) -> torch.Tensor:
+    """torchvision `Resize((size, size))` (bicubic: BLIP-2; bilinear: BEiT-3) + `ToTensor` + `Normalize`."""
+    if image.size != (size, size):
+        image = image.resize((size, size), PIL.Image.BICUBIC if bicubic else PIL.Image.BILINEAR)
+    pixels = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).float().div_(255)
+    return (pixels - torch.tensor(mean).view(3, 1, 1)) / torch.tensor(std).view(3, 1, 1)
+
+
+def load_square_batch(
+    images: list[ImageInput], indices: list[int], size: int, mean, std, bicubic: bool = True
+) -> torch.Tensor:
+    return torch.stack(
+        [square_pixels(load_image(image, index), size, mean, std, bicubic) for image, index in zip(images, indices)]
+    )
+
+
+def check_batch_size(batch_size: int) -> int:
+    if not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+def resolve_path(path: str, base_directory: str | Path | None) -> str:
+    """A spec path relative to the Pearl model directory if it exists there, else the path or Hub id as given."""
+    if base_directory is not None and (Path(base_directory) / path).exists():
+        return str(Path(base_directory) / path)
+    return path
+
+
+def load_encoder(name: str, spec: dict, base_directory: str | Path | None = None, device: str | None = None):
+    """Build the encoder that `spec` (`{"type", "path", ...}`, from `PearlConfig.encoder_specs`) describes."""
+    kind = spec.get("type")
+    path = resolve_path(spec["path"], base_directory)
+    if kind == "pacs":
+        from .clip import PACSEncoder
+
+        return PACSEncoder.from_pretrained(path, name=name, device=device)
+    if kind == "blip2":
+        from .blip2 import BLIP2Encoder
+
+        return BLIP2Encoder.from_pretrained(
+            path, name=name, device=device, empty_text=spec.get("empty_text", EMPTY_TEXT)
+        )
+    if kind == "stella":
+        from .stella import StellaEncoder
+
+        return StellaEncoder.from_pretrained(
+            path,
+            name=name,
+            device=device,
+            projection_subfolder=spec.get("projection_subfolder", "2_Dense_768"),
+            empty_text=spec.get("empty_text", EMPTY_TEXT),
+        )
+    if kind == "beit3":
+        from .beit3 import BEiT3RetrievalEncoder
+
+        return BEiT3RetrievalEncoder.from_pretrained(
+            path, name=name, device=device, empty_text=spec.get("empty_text", EMPTY_TEXT)
+        )
+    raise ValueError(f"encoder '{name}' has unknown type {kind!r}: expected 'pacs', 'blip2', 'stella' or 'beit3'")

@@ -1,0 +1,339 @@
+"""BEiT-3 base retrieval (unilm `BEiT3ForRetrieval` on torchscale), ported as a transformers model, and its converter.
+
+Architecture (torchscale `EncoderConfig` as Pearl builds it, SPEC-pearl §2): a Multiway transformer (`A` = vision,
+`B` = language copies of every projection, LayerNorm and FFN; shared nothing else), pre-LN with sub-LN (`inner_attn_ln`
+before the attention output projection, `ffn_layernorm` inside the FFN), exact GELU, LayerNorm eps 1e-5, learned
+positions starting at index 2 (fairseq), unscaled embeddings, a final Multiway LayerNorm; `vision_head` /
+`language_head` (no bias) on the first token, L2-normalised. Module names equal the official checkpoint's keys, so the
+converter is a checked identity: every key used, every shape equal.
+
+Deviation (SPEC-pearl A9): Pearl feeds texts without a padding mask, so its text features depend on the batch; we pass
+the tokenizer's mask (features independent of the batch). Images: `Resize((224, 224))` (bilinear) + ImageNet mean/std.
+"""
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
+
+from ..inputs import ImageInput
+from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+BEIT3_MAX_TEXT_LENGTH = 77
+
+
+class BEiT3Config(PreTrainedConfig):
+    r"""
+    Configuration of [`BEiT3ForRetrieval`]. Defaults: the base model of `beit3_base_itc_patch16_224.pth`.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.encoders.beit3 import BEiT3Config
+    >>> BEiT3Config().num_image_positions
+    199
+    ```
+    """
+
+    model_type = "beit3_retrieval"
+
+    hidden_size: int = 768
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    num_hidden_layers: int = 12
+    vocab_size: int = 64010
+    image_size: int = 224
+    patch_size: int = 16
+    max_text_positions: int = 1024
+    layer_norm_eps: float = 1e-5
+
+    @property
+    def num_image_positions(self) -> int:
+        """Patches + CLS + the 2 fairseq offset rows."""
+        return (self.image_size // self.patch_size) ** 2 + 1 + 2
+
+
+class Multiway(nn.Module):
+    """Two copies of a module: `A` for image tokens, `B` for text tokens (torchscale `MultiwayNetwork`)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.A = make()
+        self.B = make()
+
+    def forward(self, x: torch.Tensor, text: bool) -> torch.Tensor:
+        return self.B(x) if text else self.A(x)
+
+
+class BEiT3FeedForward(nn.Module):
+    def __init__(self, config: BEiT3Config):
+        super().__init__()
+        self.fc1 = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.ffn_layernorm = nn.LayerNorm(config.intermediate_size, eps=config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.ffn_layernorm(nn.functional.gelu(self.fc1(x))))
+
+
+class BEiT3Attention(nn.Module):
+    def __init__(self, config: BEiT3Config):
+        super().__init__()
+        size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.scaling = (size // self.num_heads) ** -0.5
+        for name in ("k_proj", "v_proj", "q_proj", "out_proj"):
+            setattr(self, name, Multiway(lambda: nn.Linear(size, size)))
+        self.inner_attn_ln = Multiway(lambda: nn.LayerNorm(size, eps=config.layer_norm_eps))
+
+    def forward(self, x: torch.Tensor, text: bool, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        batch, length, size = x.shape
+
+        def heads(tensor):
+            return tensor.view(batch, length, self.num_heads, -1).transpose(1, 2)
+
+        query = heads(self.q_proj(x, text)) * self.scaling
+        key, value = heads(self.k_proj(x, text)), heads(self.v_proj(x, text))
+        weights = query @ key.transpose(-1, -2)
+        if padding_mask is not None:
+            weights = weights.masked_fill(padding_mask[:, None, None, :], float("-inf"))
+        attended = torch.softmax(weights.float(), dim=-1).type_as(weights) @ value
+        attended = attended.transpose(1, 2).reshape(batch, length, size)
+        return self.out_proj(self.inner_attn_ln(attended, text), text)
+
+
+class BEiT3Layer(nn.Module):
+    def __init__(self, config: BEiT3Config):
+        super().__init__()
+        self.self_attn = BEiT3Attention(config)
+        self.self_attn_layer_norm = Multiway(lambda: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
+        self.ffn = Multiway(lambda: BEiT3FeedForward(config))
+        self.final_layer_norm = Multiway(lambda: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
+
+    def forward(self, x: torch.Tensor, text: bool, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self.self_attn(self.self_attn_layer_norm(x, text), text, padding_mask)
+        return x + self.ffn(self.final_layer_norm(x, text), text)
+
+
+class BEiT3VisionEmbedding(nn.Module):
+    def __init__(self, config: BEiT3Config):
+        super().__init__()
+        self.proj = nn.Conv2d(3, config.hidden_size, kernel_size=config.patch_size, stride=config.patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))  # masked-image pretraining only
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        patches = self.proj(pixel_values).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls_token.expand(patches.shape[0], -1, -1), patches], dim=1)
+
+
+class BEiT3Encoder(nn.Module):
+    def __init__(self, config: BEiT3Config):
+        super().__init__()
+        self.embed_positions = nn.Module()
+        self.embed_positions.A = nn.Embedding(config.num_image_positions, config.hidden_size)
+        self.embed_positions.B = nn.Embedding(config.max_text_positions, config.hidden_size)
+        self.layers = nn.ModuleList(BEiT3Layer(config) for _ in range(config.num_hidden_layers))
+        self.layer_norm = Multiway(lambda: nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps))
+
+    def forward(self, x: torch.Tensor, text: bool, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        positions = torch.arange(2, x.shape[1] + 2, device=x.device)  # fairseq: positions start at 2
+        table = self.embed_positions.B if text else self.embed_positions.A
+        x = x + table(positions)[None]
+        if padding_mask is not None:
+            x = x * (1 - padding_mask.unsqueeze(-1).to(x.dtype))
+        for layer in self.layers:
+            x = layer(x, text, padding_mask)
+        return self.layer_norm(x, text)
+
+
+class BEiT3Backbone(nn.Module):
+    def __init__(self, config: BEiT3Config):
+        super().__init__()
+        self.text_embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.vision_embed = BEiT3VisionEmbedding(config)
+        self.encoder = BEiT3Encoder(config)
+
+
+class BEiT3ForRetrieval(PreTrainedModel):
+    r"""
+    BEiT-3 base retrieval: `get_image_features` / `get_text_features` give the L2-normalised ITC embeddings.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from modeling_pacs.encoders.beit3 import BEiT3Config, BEiT3ForRetrieval
+    >>> model = BEiT3ForRetrieval(BEiT3Config(hidden_size=32, num_attention_heads=2, intermediate_size=64,
+    ...     num_hidden_layers=1, vocab_size=50, image_size=32, patch_size=16)).eval()
+    >>> model.get_text_features(torch.tensor([[0, 5, 2]])).shape
+    torch.Size([1, 32])
+    ```
+    """
+
+    config_class = BEiT3Config
+    base_model_prefix = "beit3"
+    main_input_name = "pixel_values"
+
+    def __init__(self, config: BEiT3Config):
+        super().__init__(config)
+        self.beit3 = BEiT3Backbone(config)
+        self.vision_head = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.language_head = nn.Linear(config.hidden_size, config.hidden_size, bias=False)
+        self.logit_scale = nn.Parameter(torch.tensor(1 / 0.07).log())
+        self.post_init()
+
+    def _init_weights(self, module):
+        # Weights come from the converted checkpoint; fresh (tiny) models keep PyTorch's initialisation.
+        pass
+
+    def get_image_features(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        hidden = self.beit3.encoder(self.beit3.vision_embed(pixel_values), text=False, padding_mask=None)
+        return nn.functional.normalize(self.vision_head(hidden[:, 0]), dim=-1)
+
+    def get_text_features(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        padding_mask = None if attention_mask is None else attention_mask == 0
+        hidden = self.beit3.encoder(self.beit3.text_embed(input_ids), text=True, padding_mask=padding_mask)
+        return nn.functional.normalize(self.language_head(hidden[:, 0]), dim=-1)
+
+
+# The tokenizer and Auto classes read config.json: let them know this model type.
+AutoConfig.register(BEiT3Config.model_type, BEiT3Config, exist_ok=True)
+
+
+# ------------------------------------------------------------------------------------------------ converter
+def config_from_state_dict(state_dict: dict[str, torch.Tensor]) -> BEiT3Config:
+    """Read the sizes of a BEiT-3 retrieval checkpoint from its tensor shapes."""
+    vocab_size, hidden_size = state_dict["beit3.text_embed.weight"].shape
+    patch_size = state_dict["beit3.vision_embed.proj.weight"].shape[-1]
+    patches = state_dict["beit3.encoder.embed_positions.A.weight"].shape[0] - 3
+    layers = 1 + max(int(key.split(".")[3]) for key in state_dict if key.startswith("beit3.encoder.layers."))
+    return BEiT3Config(
+        hidden_size=hidden_size,
+        num_attention_heads=max(1, hidden_size // 64),
+        intermediate_size=state_dict["beit3.encoder.layers.0.ffn.A.fc1.weight"].shape[0],
+        num_hidden_layers=layers,
+        vocab_size=vocab_size,
+        image_size=int(round(patches**0.5)) * patch_size,
+        patch_size=patch_size,
+        max_text_positions=state_dict["beit3.encoder.embed_positions.B.weight"].shape[0],
+    )
+
+
+def convert_beit3_checkpoint(
+    checkpoint_path: str | Path, output_dir: str | Path, sentencepiece_path: str | Path, num_attention_heads: int = 12
+) -> BEiT3ForRetrieval:
+    """Convert unilm's `beit3_base_itc_patch16_224.pth` (+ `beit3.spm`) into a transformers directory.
+
+    The checkpoint is read with `weights_only=True`. Every checkpoint key must be used and every shape must match,
+    otherwise a ValueError lists the offending keys.
+    """
+    import shutil
+    import tempfile
+
+    from transformers import XLMRobertaTokenizer
+
+    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    for wrapper in ("model", "module"):
+        if isinstance(checkpoint, dict) and wrapper in checkpoint and isinstance(checkpoint[wrapper], dict):
+            checkpoint = checkpoint[wrapper]
+            break
+    config = config_from_state_dict(checkpoint)
+    config.num_attention_heads = num_attention_heads
+    model = BEiT3ForRetrieval(config)
+    expected = model.state_dict()
+    unused = sorted(set(checkpoint) - set(expected))
+    missing = sorted(set(expected) - set(checkpoint))
+    mismatched = [
+        f"{key}: {tuple(checkpoint[key].shape)} vs {tuple(value.shape)}"
+        for key, value in expected.items()
+        if key in checkpoint and checkpoint[key].shape != value.shape
+    ]
+    if unused or missing or mismatched:
+        raise ValueError(
+            f"{checkpoint_path} is not a BEiT-3 retrieval checkpoint of the expected layout: unused keys {unused[:5]}, "
+            f"missing keys {missing[:5]}, shape mismatches {mismatched[:5]}"
+        )
+    model.load_state_dict({key: checkpoint[key].float() for key in expected}, strict=True)
+    model.eval().save_pretrained(output_dir)
+    with tempfile.TemporaryDirectory() as folder:
+        shutil.copy(sentencepiece_path, Path(folder) / "sentencepiece.bpe.model")
+        tokenizer = XLMRobertaTokenizer.from_pretrained(folder, model_max_length=BEIT3_MAX_TEXT_LENGTH)
+    tokenizer.save_pretrained(output_dir)
+    for path in Path(output_dir).rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+    return model
+
+
+# ------------------------------------------------------------------------------------------------ encoder
+class BEiT3RetrievalEncoder:
+    """Pearl's BEiT-3 encoder: image `[B, 1, 768]` and text `[B, 768]` ITC features, L2-normalised.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.encoders.beit3 import BEiT3RetrievalEncoder
+    >>> encoder = BEiT3RetrievalEncoder.from_pretrained("converted-beit3-dir")  # from convert_beit3_checkpoint
+    >>> encoder.encode_text(["a dog"]).shape
+    torch.Size([1, 768])
+    ```
+    """
+
+    tokens = 1
+
+    def __init__(
+        self,
+        model: BEiT3ForRetrieval,
+        tokenizer,
+        name: str = "beit3",
+        empty_text: str | None = EMPTY_TEXT,
+        batch_size: int = 32,
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.name = name
+        self.dim = model.config.hidden_size
+        self.empty_text = empty_text
+        self.batch_size = check_batch_size(batch_size)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str, name: str = "beit3", device: str | None = None, empty_text: str | None = EMPTY_TEXT
+    ) -> "BEiT3RetrievalEncoder":
+        from transformers import AutoTokenizer
+
+        model = BEiT3ForRetrieval.from_pretrained(path, dtype=torch.float32).to(device or "cpu")
+        return cls(model, AutoTokenizer.from_pretrained(path), name, empty_text)
+
+    def encode_image(self, images: list[ImageInput], item_indices: list[int] | None = None) -> torch.Tensor:
+        item_indices = item_indices or list(range(len(images)))
+        size = self.model.config.image_size
+        outputs = []
+        with torch.inference_mode():
+            for start in range(0, len(images), self.batch_size):
+                end = start + self.batch_size
+                pixels = load_square_batch(
+                    images[start:end], item_indices[start:end], size, IMAGENET_MEAN, IMAGENET_STD, bicubic=False
+                )
+                outputs.append(self.model.get_image_features(pixels.to(self.model.device)).float().cpu())
+        return torch.cat(outputs).unsqueeze(1) if outputs else torch.zeros(0, 1, self.dim)
+
+    def encode_text(self, texts: list[str]) -> torch.Tensor:
+        texts = replace_empty(texts, self.empty_text)
+        outputs = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), 4 * self.batch_size):
+                tokens = self.tokenizer(
+                    texts[start : start + 4 * self.batch_size],
+                    padding="longest",
+                    truncation=True,
+                    max_length=BEIT3_MAX_TEXT_LENGTH,
+                    return_tensors="pt",
+                ).to(self.model.device)
+                features = self.model.get_text_features(tokens["input_ids"], tokens["attention_mask"])
+                outputs.append(features.float().cpu())
+        return torch.cat(outputs) if outputs else torch.zeros(0, self.dim)

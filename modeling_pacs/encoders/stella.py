@@ -1,0 +1,107 @@
+"""Stella text features (SPEC-pearl §2): `NovaSearch/stella_en_400M_v5` (remote code), masked mean pooling of the last
+hidden state, the `2_Dense_768` projection (1024 -> 768), L2 normalisation; max length 512, no prompt."""
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModel, AutoTokenizer
+
+from ..inputs import ImageInput
+from .base import EMPTY_TEXT, check_batch_size, replace_empty
+
+STELLA_MAX_LENGTH = 512
+
+
+def load_dense_projection(path: str, subfolder: str) -> nn.Linear:
+    """The sentence-transformers `Dense` layer of `path/subfolder` (config.json + linear weights), loaded safely."""
+    local = Path(path) / subfolder
+    if not local.is_dir():
+        from huggingface_hub import snapshot_download
+
+        local = Path(snapshot_download(path, allow_patterns=[f"{subfolder}/*"])) / subfolder
+    settings = json.loads((local / "config.json").read_text())
+    if settings.get("activation_function", "torch.nn.modules.linear.Identity") != "torch.nn.modules.linear.Identity":
+        raise ValueError(f"{local}: only an Identity activation is supported, got {settings['activation_function']}")
+    if (local / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        state_dict = load_file(local / "model.safetensors")
+    else:
+        state_dict = torch.load(local / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    layer = nn.Linear(settings["in_features"], settings["out_features"], bias=settings.get("bias", True))
+    layer.load_state_dict({key.removeprefix("linear."): value for key, value in state_dict.items()})
+    return layer
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden states over the real (mask 1) tokens."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+
+
+class StellaEncoder:
+    """Stella (text only): a transformers `AutoModel` (remote code for the real checkpoint) + mean pool + Dense.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.encoders import StellaEncoder
+    >>> encoder = StellaEncoder.from_pretrained("NovaSearch/stella_en_400M_v5")  # needs the Hub or a local copy
+    >>> encoder.encode_text(["a dog"]).shape
+    torch.Size([1, 768])
+    ```
+    """
+
+    tokens = 0
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        projection: nn.Linear,
+        name: str = "stella",
+        empty_text: str | None = EMPTY_TEXT,
+        batch_size: int = 64,
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.projection = projection.eval()
+        self.name = name
+        self.dim = projection.out_features
+        self.empty_text = empty_text
+        self.batch_size = check_batch_size(batch_size)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str,
+        name: str = "stella",
+        device: str | None = None,
+        projection_subfolder: str = "2_Dense_768",
+        empty_text: str | None = EMPTY_TEXT,
+    ) -> "StellaEncoder":
+        model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).to(device or "cpu")
+        projection = load_dense_projection(path, projection_subfolder).to(device or "cpu")
+        return cls(model, AutoTokenizer.from_pretrained(path), projection, name, empty_text)
+
+    def encode_image(self, images: list[ImageInput], item_indices: list[int] | None = None) -> torch.Tensor:
+        raise TypeError(f"encoder '{self.name}' (Stella) encodes text only: it cannot be an image encoder of Pearl")
+
+    def encode_text(self, texts: list[str]) -> torch.Tensor:
+        texts = replace_empty(texts, self.empty_text)
+        outputs = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                tokens = self.tokenizer(
+                    texts[start : start + self.batch_size],
+                    padding="longest",
+                    truncation=True,
+                    max_length=STELLA_MAX_LENGTH,
+                    return_tensors="pt",
+                ).to(self.model.device)
+                hidden = self.model(**tokens).last_hidden_state
+                pooled = self.projection(mean_pool(hidden, tokens["attention_mask"]))
+                outputs.append(nn.functional.normalize(pooled, dim=-1).float().cpu())
+        return torch.cat(outputs) if outputs else torch.zeros(0, self.dim)

@@ -1,0 +1,1 @@
+"""Pearl's non-remote-code parts: HadamardNet pretraining, feature extraction and caching, data, training, scoring."""

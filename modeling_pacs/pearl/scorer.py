@@ -1,0 +1,193 @@
+"""End-to-end Pearl scoring: images and captions in, Pearl scores out (encoders + PearlModel).
+
+Input policies (documented, logged):
+- more than `config.max_refs` references for an item: the first `max_refs` are kept, as Pearl's code does
+  (`pearl_estimator.py:517-534`), and a warning names how many items were cut;
+- an empty (or blank) candidate: scored as Pearl's extractors score it (BLIP-2 / Stella see "[EMPTY]", CLIP sees the
+  prompt alone), with a warning naming the items;
+- an item with an empty reference list is scored reference-free (Pearl is reference-flexible).
+"""
+
+import logging
+from pathlib import Path
+
+import torch
+
+from ..inputs import ImageInput, check_captions, image_key
+from ..modeling_pacs import PACSScoreOutput, deduplicate, mean_or_nan
+from ..modeling_pearl import PearlModel
+from .features import assemble_batch
+
+logger = logging.getLogger(__name__)
+
+
+def check_pearl_references(references, num_candidates: int) -> list[list[str]]:
+    """One list of strings per candidate (a single string counts as one reference; an empty list means none)."""
+    if isinstance(references, str):
+        raise TypeError("references must be a list with one list of reference strings per candidate")
+    references = list(references)
+    if len(references) != num_candidates:
+        raise ValueError(
+            f"got {len(references)} reference lists for {num_candidates} candidates: pass one per candidate"
+        )
+    checked = []
+    for index, item_references in enumerate(references):
+        if isinstance(item_references, str):
+            item_references = [item_references]
+        if item_references is None:
+            item_references = []
+        if not isinstance(item_references, (list, tuple)):
+            raise TypeError(f"references of item {index} are {type(item_references).__name__}, expected a list of str")
+        for ref_index, reference in enumerate(item_references):
+            if not isinstance(reference, str):
+                raise TypeError(
+                    f"reference {ref_index} of item {index} is {type(reference).__name__} ({reference!r}), expected a "
+                    "string"
+                )
+        checked.append(list(item_references))
+    return checked
+
+
+def cap_references(references: list[list[str]], max_refs: int) -> list[list[str]]:
+    """Keep the first `max_refs` references of each item (Pearl's policy), with one warning for all cut items."""
+    cut = [index for index, item in enumerate(references) if len(item) > max_refs]
+    if cut:
+        logger.warning(
+            "%d item(s) have more than max_refs=%d references (first: item %d with %d); Pearl keeps the first %d",
+            len(cut),
+            max_refs,
+            cut[0],
+            len(references[cut[0]]),
+            max_refs,
+        )
+    return [item[:max_refs] for item in references]
+
+
+class PearlScorer:
+    """A [`PearlModel`] with its frozen encoders: `score(images, candidates, references=None)`.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.pearl.scorer import PearlScorer
+    >>> from modeling_pacs.pearl.tiny import make_tiny_pearl
+    >>> scorer = PearlScorer.from_pretrained(make_tiny_pearl("/tmp/tiny-pearl"))  # random weights
+    >>> out = scorer.score(["cat.jpg"], ["a cat on a sofa"], references=[["a cat sleeping"]])
+    >>> out.scores, out.ref_scores  # Pearl-img (reference-free) and Pearl (Eq. 3)
+    ```
+    """
+
+    def __init__(self, model: PearlModel, encoders: dict, batch_size: int = 64):
+        missing = [name for name in model.config.encoder_names if name not in encoders]
+        if missing:
+            raise ValueError(f"Pearl needs encoders {model.config.encoder_names}; missing {missing}")
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.model = model.eval()
+        self.encoders = encoders
+        self.batch_size = batch_size
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, device: str | None = None, **kwargs) -> "PearlScorer":
+        """Load the Pearl head and the encoders named by `config.encoder_specs` (paths relative to the model folder)."""
+        from ..encoders import load_encoder
+
+        model = PearlModel.from_pretrained(name_or_path, dtype=torch.float32).to(device or "cpu")
+        base = Path(name_or_path) if Path(name_or_path).is_dir() else None
+        encoders = {
+            name: load_encoder(name, model.config.encoder_specs[name], base, device)
+            for name in model.config.encoder_names
+        }
+        return cls(model, encoders, **kwargs)
+
+    def encode(self, images: list[ImageInput], candidates: list[str], references: list[list[str]] | None) -> dict:
+        """Encode distinct images and texts once per encoder; return the per-item model inputs (all items)."""
+        unique_images, image_index, first_items = deduplicate(images, image_key)
+        texts = list(candidates) + [reference for item in references or [] for reference in item]
+        unique_texts, text_index, _ = deduplicate(texts, lambda text: text)
+        text_features = {name: encoder.encode_text(unique_texts)[text_index] for name, encoder in self.encoders.items()}
+        image_features = {}
+        for encoder in self.config.image_encoders:
+            name = encoder["name"]
+            encoded = self.encoders[name].encode_image(unique_images, item_indices=first_items)
+            image_features[name] = encoded[image_index]
+        candidate_features = {name: features[: len(candidates)] for name, features in text_features.items()}
+        reference_lists = None
+        if references is not None:
+            reference_lists, position = [], len(candidates)
+            for item in references:
+                reference_lists.append(list(range(position, position + len(item))))
+                position += len(item)
+        return {
+            "candidate_features": candidate_features,
+            "image_features": image_features,
+            "reference_lists": reference_lists,
+            "text_features": text_features,
+        }
+
+    def score_features(self, encoded: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(img_score, score)` for every item, run through the model `batch_size` items at a time."""
+        num_items = next(iter(encoded["candidate_features"].values())).shape[0]
+        img_scores, scores = [], []
+        with torch.inference_mode():
+            for start in range(0, num_items, self.batch_size):
+                rows = slice(start, start + self.batch_size)
+                lists = encoded["reference_lists"][rows] if encoded["reference_lists"] is not None else None
+                batch = assemble_batch(
+                    self.config,
+                    {name: value[rows] for name, value in encoded["candidate_features"].items()},
+                    {name: value[rows] for name, value in encoded["image_features"].items()},
+                    lists,
+                    encoded["text_features"],
+                )
+                batch = move_to(batch, self.device)
+                output = self.model(**batch)
+                img_scores.append(output.img_score.float().cpu())
+                scores.append(output.score.float().cpu())
+        return torch.cat(img_scores), torch.cat(scores)
+
+    def score(
+        self,
+        images: list[ImageInput],
+        candidates: list[str],
+        references: list[list[str]] | None = None,
+        **unused,
+    ) -> PACSScoreOutput:
+        """Pearl scores: `scores` is the reference-free Pearl (the image head), `ref_scores` Eq. 3 with references.
+
+        Keyword arguments of `PACSModel.score` (batch sizes, progress) are accepted and ignored.
+        """
+        candidates = check_captions(candidates)
+        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        if len(images) != len(candidates):
+            raise ValueError(
+                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate"
+            )
+        empty = [index for index, candidate in enumerate(candidates) if not candidate.strip()]
+        if empty:
+            logger.warning(
+                "candidate(s) %s are empty: scored as Pearl does ('[EMPTY]' for BLIP-2/Stella, the prompt for CLIP)",
+                empty[:10],
+            )
+        if references is not None:
+            references = cap_references(check_pearl_references(references, len(candidates)), self.config.max_refs)
+        img_scores, scores = self.score_features(self.encode(images, candidates, references))
+        output = PACSScoreOutput(scores=img_scores, mean_score=mean_or_nan(img_scores))
+        if references is not None:
+            output.ref_scores = scores
+            output.mean_ref_score = mean_or_nan(scores)
+        return output
+
+
+def move_to(batch, device):
+    if isinstance(batch, dict):
+        return {key: move_to(value, device) for key, value in batch.items()}
+    return batch.to(device)
