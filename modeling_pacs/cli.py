@@ -7,11 +7,11 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
+from .jobs import write_text_atomically
 from .loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from .outputs import check_output_directory, check_output_file, strict_json
 from .video_cli import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
@@ -152,20 +152,9 @@ def attach_references(items: list[dict], references_path: Path, image_root: Path
 
 # ---------------------------------------------------------------------------------------------------- writing
 def write_atomically(path: Path, chunks: Iterable[str]):
-    """Write through a temporary file renamed into place: readers (and a crash) see the whole file or none of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as file:
-            for chunk in chunks:
-                file.write(chunk)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Write text through a temporary file renamed into place (`modeling_pacs.jobs.write_text_atomically`): readers
+    (and a crash) see the whole file or none of it; the file is fsynced and world-readable."""
+    write_text_atomically(Path(path), chunks)
 
 
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".csv")

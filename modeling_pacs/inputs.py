@@ -60,8 +60,16 @@ def check_captions(captions: Sequence[Any], what: str = "candidate") -> list[str
     return captions
 
 
-def check_references(references: Sequence[Any], num_candidates: int) -> list[list[str]]:
-    """Validate references: one list of strings (or one string) per candidate, none of them empty."""
+def check_references(
+    references: Sequence[Any],
+    num_candidates: int,
+    empty_fix: str = "drop the item, or use the reference-free score",
+) -> list[list[str]]:
+    """Validate references: one list of strings (or one string) per candidate, none of them empty.
+
+    `empty_fix` is what the error for an empty list tells the user to do (metrics without a reference-free mode
+    say so).
+    """
     if isinstance(references, str):
         raise TypeError("references must be a list with one list of reference strings per candidate")
     references = list(references)
@@ -77,7 +85,7 @@ def check_references(references: Sequence[Any], num_candidates: int) -> list[lis
         if item_references is None or len(item_references) == 0:
             raise ValueError(
                 f"item {index} has an empty reference list: a reference-based score needs at least one reference "
-                "per item (drop the item, or use the reference-free score)"
+                f"per item ({empty_fix})"
             )
         for ref_index, reference in enumerate(item_references):
             if not isinstance(reference, str):

@@ -27,7 +27,7 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
-from .inputs import ImageInput, check_captions, image_key
+from .inputs import ImageInput, check_captions, check_references, image_key
 from .modeling_pacs import PACSModel, deduplicate, make_world_readable, mean_or_nan
 from .scoring import max_by_owner, polos_features, polos_head, scalar_mix
 
@@ -399,31 +399,9 @@ def check_polos_references(references, num_candidates: int) -> list[list[str]]:
             "Polos is a reference-based metric and has no reference-free mode: pass references, one non-empty "
             "list of reference captions per candidate (or use PAC-S++ / CLIP-S for reference-free scoring)"
         )
-    if isinstance(references, str):
-        raise TypeError("references must be a list with one list of reference strings per candidate")
-    references = list(references)
-    if len(references) != num_candidates:
-        raise ValueError(
-            f"got {len(references)} reference lists for {num_candidates} candidates: pass one list of references "
-            "per candidate"
-        )
-    checked = []
-    for index, item_references in enumerate(references):
-        if isinstance(item_references, str):
-            item_references = [item_references]
-        if item_references is None or len(item_references) == 0:
-            raise ValueError(
-                f"item {index} has an empty reference list: Polos needs at least one reference per item "
-                "(it has no reference-free mode); drop the item or add its references"
-            )
-        for position, reference in enumerate(item_references):
-            if not isinstance(reference, str):
-                raise TypeError(
-                    f"reference {position} of item {index} is {type(reference).__name__} ({reference!r}), "
-                    "expected a string"
-                )
-        checked.append(list(item_references))
-    return checked
+    return check_references(
+        references, num_candidates, empty_fix="Polos has no reference-free mode: drop the item or add its references"
+    )
 
 
 def cut_references_to_chunks(references: list[list[str]], batch_size: int) -> list[list[str]]:

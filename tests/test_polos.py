@@ -256,7 +256,9 @@ def test_references_are_required(polos, items):
     images, candidates, _ = items
     with pytest.raises(ValueError, match="Polos is a reference-based metric and has no reference-free mode"):
         polos.score(images[:1], candidates[:1])
-    with pytest.raises(ValueError, match="item 1 has an empty reference list: Polos needs at least one reference"):
+    with pytest.raises(
+        ValueError, match="item 1 has an empty reference list: .*Polos has no reference-free mode: drop the item"
+    ):
         polos.score(images[:2], candidates[:2], [["a cat"], []])
     with pytest.raises(ValueError, match="got 1 reference lists for 2 candidates"):
         polos.score(images[:2], candidates[:2], [["a cat"]])
