@@ -136,6 +136,8 @@ class PACSModel(PACSPreTrainedModel):
         super().__init__(config)
         self.clip = AutoModel.from_config(config.backbone_config)
         self.tokenizer = None
+        # An optional `cache.EmbeddingCache`: when set, encode_texts / encode_images encode only what it lacks.
+        self.embedding_cache = None
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -284,6 +286,14 @@ class PACSModel(PACSPreTrainedModel):
         batches, so each batch pads little; padding changes results only at float rounding level (<= 1e-6).
         """
         captions = check_captions(captions, "caption")
+        cache = self.embedding_cache
+        if cache is not None and not return_tokens and not cache.is_filling():
+            return cache.encode(
+                self,
+                "text",
+                captions,
+                lambda missing: self.encode_texts([captions[i] for i in missing], batch_size, progress=progress),
+            )
         tokens = self.tokenize(captions) if captions else None
         if tokens is None:
             empty = torch.zeros(0, self.config.backbone_config.projection_dim)
@@ -329,6 +339,16 @@ class PACSModel(PACSPreTrainedModel):
         """
         images = list(images)
         item_indices = item_indices or list(range(len(images)))
+        cache = self.embedding_cache
+        if cache is not None and not cache.is_filling():
+            return cache.encode(
+                self,
+                "image",
+                images,
+                lambda missing: self.encode_images(
+                    [images[i] for i in missing], batch_size, progress, num_workers, [item_indices[i] for i in missing]
+                ),
+            )
         size = self.config.backbone_config.vision_config.image_size
         embeds = torch.empty(len(images), self.config.backbone_config.projection_dim)
         num_workers = num_workers or min(8, os.cpu_count() or 1)
