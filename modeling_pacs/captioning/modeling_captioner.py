@@ -139,6 +139,18 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
             use_cache=False,
         )
 
+    @classmethod
+    def from_clip(cls, clip: str | PreTrainedModel, **config_kwargs) -> "PACSCaptionerForConditionalGeneration":
+        """A new captioner (random decoder) on the visual tower of a CLIP checkpoint: a Hub id or directory of a
+        `CLIPModel` / `CLIPVisionModel` (e.g. `openai/clip-vit-base-patch32`), or a loaded one."""
+        if isinstance(clip, str):
+            clip = CLIPVisionModel.from_pretrained(clip, dtype=torch.float32)
+        vision_model = clip if isinstance(clip, CLIPVisionModel) else clip.vision_model
+        config = PACSCaptionerConfig(vision_config=vision_model.config.to_dict(), **config_kwargs)
+        model = cls(config)
+        model.encoder.vision_model.load_state_dict(vision_model.state_dict())
+        return model
+
     def get_encoder(self, modality: str | None = None) -> PACSCaptionerEncoder:
         return self.encoder
 
