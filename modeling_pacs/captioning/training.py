@@ -12,7 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -23,6 +23,9 @@ from transformers.utils import logging
 from ..cache import image_content_key, model_fingerprint
 from ..inputs import load_and_preprocess
 from .modeling_captioner import PACSCaptionerForConditionalGeneration
+
+if TYPE_CHECKING:
+    import datasets
 
 logger = logging.get_logger(__name__)
 
@@ -383,6 +386,56 @@ def one_caption_per_row(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+# ----------------------------------------------------------------------------------------------------- datasets
+def load_caption_dataset(
+    dataset: str | None = None,
+    split: str = "train",
+    karpathy_json: str | None = None,
+    image_root: str | None = None,
+    max_samples: int | None = None,
+) -> "datasets.Dataset":
+    """One row per image, `image` and `captions` (a list), plus `row_index`: from COCO Karpathy (`karpathy_json` +
+    `image_root`; split `train` includes `restval`) or any `datasets` dataset (a Hub id or a `save_to_disk` folder)
+    with an `image` column and a `captions` list or a `caption` string column."""
+    import datasets
+
+    from ..training import load_karpathy_rows
+
+    if karpathy_json:
+        if not image_root:
+            raise ValueError("karpathy_json needs image_root (the folder holding train2014/ and val2014/)")
+        splits = ("train", "restval") if split == "train" else (split,)
+        loaded = datasets.Dataset.from_list(
+            group_captions_by_image(load_karpathy_rows(karpathy_json, image_root, splits))
+        )
+    elif dataset:
+        path = Path(dataset)
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            loaded = datasets.load_from_disk(str(path))
+        else:
+            loaded = datasets.load_dataset(dataset)
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise ValueError(f"split '{split}' is not in {dataset} (it has {sorted(loaded)}): choose another split")
+            loaded = loaded[split]
+    else:
+        raise ValueError("give a dataset (Hub id or save_to_disk folder), or karpathy_json with image_root")
+    if IMAGE_COLUMN not in loaded.column_names or not {CAPTIONS_COLUMN, CAPTION_COLUMN} & set(loaded.column_names):
+        raise ValueError(
+            f"the dataset has columns {loaded.column_names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' (a list "
+            f"of captions) or '{CAPTION_COLUMN}'"
+        )
+    if CAPTIONS_COLUMN not in loaded.column_names:
+        loaded = datasets.Dataset.from_list(group_captions_by_image(loaded))
+    if max_samples is not None:
+        if max_samples <= 0:
+            raise ValueError(f"max_samples must be positive, got {max_samples}")
+        loaded = loaded.select(range(min(max_samples, len(loaded))))
+    if "row_index" in loaded.column_names:
+        loaded = loaded.remove_columns("row_index")
+    return loaded.add_column("row_index", list(range(len(loaded))))
+
+
 __all__ = [
     "CaptioningCollator",
     "SCSTTrainer",
@@ -390,6 +443,7 @@ __all__ = [
     "caption_labels",
     "generated_token_mask",
     "group_captions_by_image",
+    "load_caption_dataset",
     "one_caption_per_row",
     "scst_loss",
     "sequence_log_probs",
