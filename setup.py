@@ -37,6 +37,8 @@ setup(
         "train": ["datasets>=3.0", "accelerate>=1.0", "scipy"],
         "video": ["av>=12"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
+        # SCST captioner: BLEU-4 / CIDEr(-D) in reports and rewards; TRL for the GRPO reward-function example.
+        "captioning": ["pycocoevalcap==1.2", "trl>=1.16,<2"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },
     entry_points={
