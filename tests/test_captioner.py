@@ -121,8 +121,9 @@ def test_scst_loss_gradient_matches_independent_computation():
     rewards = torch.tensor([[0.9, 0.1, 0.5], [0.2, 0.4, 0.3]], dtype=torch.float64)
     parameters = [p for p in model.parameters() if p.requires_grad]
 
-    encoder_states = model.get_encoder()(pixel_values=pixel_values).last_hidden_state.repeat_interleave(num_beams, 0)
-    loss = scst_loss(sequence_log_probs(model, encoder_states, sequences).view(2, num_beams), rewards)
+    logits = model(pixel_values=pixel_values, decoder_input_ids=sequences[:, :-1]).logits  # encoder run once per image
+    log_probs = sequence_log_probs(logits, sequences, model.config.eos_token_id)
+    loss = scst_loss(log_probs.view(2, num_beams), rewards)
     gradients = torch.autograd.grad(loss, parameters)
 
     eos = model.config.eos_token_id

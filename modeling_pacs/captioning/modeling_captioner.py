@@ -193,7 +193,11 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         labels: torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
-        """Next-token logits; with `labels` (padding = -100), the cross-entropy of Eq. 16 averaged over tokens."""
+        """Next-token logits; with `labels` (padding = -100), the cross-entropy of Eq. 16 averaged over tokens.
+
+        `decoder_input_ids` may hold several rows per image (the beams of SCST, adjacent): the encoder runs once per
+        image and its output is repeated for them.
+        """
         if encoder_outputs is None:
             encoder_outputs = self.encoder(pixel_values=pixel_values, visual_features=visual_features)
         encoder_hidden_states = encoder_outputs[0]
@@ -201,6 +205,8 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
             if labels is None:
                 raise ValueError("pass decoder_input_ids, or labels for teacher forcing")
             decoder_input_ids = self.shift_right(labels)
+        if decoder_input_ids.shape[0] != encoder_hidden_states.shape[0]:
+            encoder_hidden_states = expand_to_rows(encoder_hidden_states, decoder_input_ids.shape[0])
         logits = self.decode(decoder_input_ids, encoder_hidden_states)
         loss = None
         if labels is not None:
@@ -210,6 +216,16 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, encoder_outputs=None, **kwargs) -> dict:
         # No key/value cache: the decoder re-reads the whole prefix at each step.
         return {"decoder_input_ids": input_ids, "encoder_outputs": encoder_outputs}
+
+
+def expand_to_rows(encoder_hidden_states: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """Repeat each image's encoder states for its `num_rows / num_images` adjacent decoder rows."""
+    num_images = encoder_hidden_states.shape[0]
+    if num_rows % num_images:
+        raise ValueError(
+            f"{num_rows} decoder rows for {num_images} images: pass the same number of rows (beams) for every image"
+        )
+    return encoder_hidden_states.repeat_interleave(num_rows // num_images, dim=0)
 
 
 __all__ = ["PACSCaptionerEncoder", "PACSCaptionerForConditionalGeneration", "PACSCaptionerPreTrainedModel"]

@@ -101,17 +101,14 @@ def generated_token_mask(sequences: torch.Tensor, eos_token_id: int) -> torch.Te
     return mask
 
 
-def sequence_log_probs(
-    model: PACSCaptionerForConditionalGeneration, encoder_hidden_states: torch.Tensor, sequences: torch.Tensor
-) -> torch.Tensor:
+def sequence_log_probs(logits: torch.Tensor, sequences: torch.Tensor, eos_token_id: int) -> torch.Tensor:
     """`log f_theta(t)` of each generated sequence (start token first), summed over its tokens through end-of-text.
 
-    `encoder_hidden_states` has one row per sequence.
+    `logits` are the decoder's outputs on `sequences[:, :-1]` (teacher forcing on the generated tokens).
     """
-    logits = model.decode(sequences[:, :-1], encoder_hidden_states)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # half-precision models: fp32 softmax
     token_log_probs = logits.log_softmax(dim=-1).gather(-1, sequences[:, 1:, None]).squeeze(-1)
-    mask = generated_token_mask(sequences, model.config.eos_token_id)[:, 1:]
+    mask = generated_token_mask(sequences, eos_token_id)[:, 1:]
     return (token_log_probs * mask).sum(dim=1)
 
 
@@ -195,10 +192,10 @@ class SCSTTrainer(Trainer):
         self.reward_seconds += time.perf_counter() - started
         rewards = torch.tensor(rewards, dtype=torch.float32, device=sequences.device).view(-1, self.num_beams)
         self.reward_log.append(float(rewards.mean()))
-        # The gradient flows through the trainable encoder layers and the decoder (the CLIP tower is frozen).
-        encoder_hidden_states = captioner.get_encoder()(**encoder_inputs).last_hidden_state
-        encoder_hidden_states = encoder_hidden_states.repeat_interleave(self.num_beams, dim=0)
-        log_probs = sequence_log_probs(captioner, encoder_hidden_states, sequences).view(-1, self.num_beams)
+        # Through the (possibly DDP-wrapped) model, so gradients are synchronised across processes; they flow into
+        # the trainable encoder layers and the decoder (the CLIP tower is frozen).
+        logits = model(**encoder_inputs, decoder_input_ids=sequences[:, :-1]).logits
+        log_probs = sequence_log_probs(logits, sequences, captioner.config.eos_token_id).view(-1, self.num_beams)
         loss = scst_loss(log_probs, rewards)
         return (loss, {"rewards": rewards, "sequences": sequences}) if return_outputs else loss
 
