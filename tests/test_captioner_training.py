@@ -10,7 +10,12 @@ from transformers import Trainer, TrainingArguments
 
 from modeling_pacs.cache import EmbeddingCache
 from modeling_pacs.captioning.rewards import PACSReward
-from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer, VisualFeatureCache
+from modeling_pacs.captioning.training import (
+    CaptioningCollator,
+    SCSTTrainer,
+    VisualFeatureCache,
+    load_caption_dataset,
+)
 from modeling_pacs.inputs import load_and_preprocess
 from modeling_pacs.loading import load_model
 from modeling_pacs.tiny import build_clip_tokenizer
@@ -138,3 +143,24 @@ def test_resumed_scst_run_continues_identically(toy_dataset, tokenizer, scorer, 
         assert actual == pytest.approx(expected, abs=1e-6)
     for (name, expected), (_, actual) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
         torch.testing.assert_close(actual, expected, rtol=0, atol=1e-6, msg=name)
+
+
+def test_caption_datasets_group_captions_per_image(tmp_path):
+    rows = [
+        {"image": "a.jpg", "caption": "one"},
+        {"image": "b.jpg", "caption": "two"},
+        {"image": "a.jpg", "caption": "three"},
+    ]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "flat"))
+    loaded = load_caption_dataset(str(tmp_path / "flat"))
+    assert loaded.to_list() == [
+        {"image": "a.jpg", "captions": ["one", "three"], "row_index": 0},
+        {"image": "b.jpg", "captions": ["two"], "row_index": 1},
+    ]
+    assert load_caption_dataset(str(tmp_path / "flat"), max_samples=1)["captions"] == [["one", "three"]]
+    datasets.Dataset.from_list([{"picture": "a.jpg", "text": "x"}]).save_to_disk(str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match=r"it needs 'image' and 'captions' \(a list of captions\) or 'caption'"):
+        load_caption_dataset(str(tmp_path / "bad"))
+    with pytest.raises(ValueError, match="split 'test' is not in"):
+        datasets.DatasetDict(train=datasets.Dataset.from_list(rows)).save_to_disk(str(tmp_path / "dict"))
+        load_caption_dataset(str(tmp_path / "dict"), split="test")

@@ -170,8 +170,11 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         shifted[:, 1:] = labels[:, :-1]
         return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
 
-    def decode(self, decoder_input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor) -> torch.Tensor:
-        """Logits `[batch, length, vocab]` of the next token at every position (causal self-attention)."""
+    def decode(
+        self, decoder_input_ids: torch.Tensor, encoder_hidden_states: torch.Tensor, logits_to_keep: int = 0
+    ) -> torch.Tensor:
+        """Logits `[batch, length, vocab]` of the next token at every position (causal self-attention); only at the
+        last `logits_to_keep` positions when it is > 0 (generation needs the last one)."""
         length = decoder_input_ids.shape[1]
         if length > self.config.max_position_embeddings:
             raise ValueError(
@@ -182,6 +185,8 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         hidden = self.dropout(self.embed_tokens(decoder_input_ids) + self.embed_positions(positions))
         causal_mask = nn.Transformer.generate_square_subsequent_mask(length, device=hidden.device, dtype=hidden.dtype)
         hidden = self.decoder(hidden, encoder_hidden_states, tgt_mask=causal_mask, tgt_is_causal=True)
+        if logits_to_keep > 0:
+            hidden = hidden[:, -logits_to_keep:]
         return self.lm_head(self.final_norm(hidden))
 
     def forward(
@@ -191,6 +196,7 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         decoder_input_ids: torch.Tensor | None = None,
         encoder_outputs: ModelOutput | tuple | None = None,
         labels: torch.Tensor | None = None,
+        logits_to_keep: int = 0,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Next-token logits; with `labels` (padding = -100), the cross-entropy of Eq. 16 averaged over tokens.
@@ -207,7 +213,7 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
             decoder_input_ids = self.shift_right(labels)
         if decoder_input_ids.shape[0] != encoder_hidden_states.shape[0]:
             encoder_hidden_states = expand_to_rows(encoder_hidden_states, decoder_input_ids.shape[0])
-        logits = self.decode(decoder_input_ids, encoder_hidden_states)
+        logits = self.decode(decoder_input_ids, encoder_hidden_states, logits_to_keep)
         loss = None
         if labels is not None:
             loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
@@ -215,7 +221,7 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, encoder_outputs=None, **kwargs) -> dict:
         # No key/value cache: the decoder re-reads the whole prefix at each step.
-        return {"decoder_input_ids": input_ids, "encoder_outputs": encoder_outputs}
+        return {"decoder_input_ids": input_ids, "encoder_outputs": encoder_outputs, "logits_to_keep": 1}
 
 
 def expand_to_rows(encoder_hidden_states: torch.Tensor, num_rows: int) -> torch.Tensor:

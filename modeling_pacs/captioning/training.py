@@ -21,7 +21,7 @@ from transformers import Trainer
 from transformers.utils import logging
 
 from ..cache import image_content_key, model_fingerprint
-from ..inputs import load_and_preprocess
+from ..inputs import image_key, load_and_preprocess
 from .modeling_captioner import PACSCaptionerForConditionalGeneration
 
 if TYPE_CHECKING:
@@ -367,7 +367,7 @@ def group_captions_by_image(rows: Iterable[dict[str, Any]]) -> list[dict[str, An
     """One row per image with all its `captions` (SCST and evaluation) from one-caption-per-row data."""
     grouped: dict[Any, dict[str, Any]] = {}
     for row in rows:
-        key = row.get("cocoid", row[IMAGE_COLUMN])
+        key = row["cocoid"] if row.get("cocoid") is not None else image_key(row[IMAGE_COLUMN])
         if key not in grouped:
             grouped[key] = {IMAGE_COLUMN: row[IMAGE_COLUMN], CAPTIONS_COLUMN: []}
         grouped[key][CAPTIONS_COLUMN].append(row[CAPTION_COLUMN])
