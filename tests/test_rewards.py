@@ -108,3 +108,15 @@ def test_cider_d_reward_matches_pycocoevalcap():
     rewards = CIDErDReward()(candidates, references=[[r.lower() for r in refs] for refs in references])
     assert_scores_close(rewards, expected)
     assert rewards[0] > 0
+
+
+def test_recurring_images_and_references_are_encoded_once(model, images):
+    """An SCST epoch after the first: the images and references recur, only the new candidates are encoded."""
+    reward = PACSReward(model, use_references=True, cache=EmbeddingCache())
+    reward(CANDIDATES, images=images, references=REFERENCES)
+    cache = model.embedding_cache
+    misses_before, hits_before = cache.misses, cache.hits
+    new_candidates = ["a brown dog", "a small dog", "three cats", "a blue car", "a green car", "a parrot"]
+    reward(new_candidates, images=images, references=REFERENCES)
+    # 4 distinct images and 5 distinct references are hits; the 6 new candidates are the only misses.
+    assert (cache.misses - misses_before, cache.hits - hits_before) == (6, 4 + 5)
