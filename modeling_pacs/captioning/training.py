@@ -162,11 +162,13 @@ class SCSTTrainer(Trainer):
         self.reward_log: list[float] = []
         self.reward_seconds = 0.0
 
-    def generate_beams(self, model: PACSCaptionerForConditionalGeneration, encoder_outputs) -> torch.Tensor:
-        """Eq. 17 with beam search: `[num_images * num_beams, length]` ids, the beams of an image adjacent."""
+    def generate_beams(self, model: PACSCaptionerForConditionalGeneration, encoder_inputs: dict) -> torch.Tensor:
+        """Eq. 17 with beam search (eval mode: no dropout): `[num_images * num_beams, length]` ids, the beams of an
+        image adjacent."""
         was_training = model.training
         model.eval()
         with torch.no_grad():
+            encoder_outputs = model.get_encoder()(**encoder_inputs)
             sequences = model.generate(
                 encoder_outputs=encoder_outputs,
                 num_beams=self.num_beams,
@@ -181,9 +183,7 @@ class SCSTTrainer(Trainer):
         references = inputs.pop("references")
         captioner = self.accelerator.unwrap_model(model)
         encoder_inputs = {key: inputs[key] for key in ("pixel_values", "visual_features") if key in inputs}
-        with torch.no_grad():
-            frozen_outputs = captioner.get_encoder()(**encoder_inputs)
-        sequences = self.generate_beams(captioner, frozen_outputs)
+        sequences = self.generate_beams(captioner, encoder_inputs)
         captions = self.caption_tokenizer.batch_decode(sequences, skip_special_tokens=True)
         repeated_images = [image for image in images for _ in range(self.num_beams)]
         repeated_references = [item for item in references for _ in range(self.num_beams)]
