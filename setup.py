@@ -44,6 +44,8 @@ setup(
         # Pearl: BEiT-3's XLM-R tokenizer is built from its sentencepiece model; validation Kendall tau via scipy.
         "pearl": ["sentencepiece>=0.2", "protobuf>=4", "scipy"],
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
+        # SCST captioner: BLEU-4 / CIDEr(-D) in reports and rewards; TRL for the GRPO reward-function example.
+        "captioning": ["pycocoevalcap==1.2", "trl>=1.16,<2"],
         "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
     },
     entry_points={

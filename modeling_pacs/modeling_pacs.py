@@ -146,6 +146,8 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         super().__init__(config)
         self.clip = AutoModel.from_config(config.backbone_config)
         self.tokenizer = None
+        # An optional `cache.EmbeddingCache`: when set, encode_texts / encode_images encode only what it lacks.
+        self.embedding_cache = None
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -352,6 +354,14 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         """
         captions = check_captions(captions, "caption")
         batch_size = check_positive_int(batch_size, "text batch_size")
+        cache = self.embedding_cache
+        if cache is not None and not return_tokens and prompt_prefix is None and not cache.is_filling():
+            return cache.encode(
+                self,
+                "text",
+                captions,
+                lambda missing: self.encode_texts([captions[i] for i in missing], batch_size, progress=progress),
+            )
         tokens = self.tokenize(captions, prompt_prefix) if captions else None
         if tokens is None:
             empty = torch.zeros(0, embedding_dim(self.config.backbone_config))
@@ -403,6 +413,16 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         if num_workers is not None:
             num_workers = check_positive_int(num_workers, "num_workers")
         item_indices = item_indices or list(range(len(images)))
+        cache = self.embedding_cache
+        if cache is not None and not cache.is_filling():
+            return cache.encode(
+                self,
+                "image",
+                images,
+                lambda missing: self.encode_images(
+                    [images[i] for i in missing], batch_size, progress, num_workers, [item_indices[i] for i in missing]
+                ),
+            )
         preprocess = image_preprocessor(self.config.backbone_config)
         family = backbone_family(self.config.backbone_config)
         embeds = torch.empty(len(images), embedding_dim(self.config.backbone_config))

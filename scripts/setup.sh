@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs pacs-pp and everything its CLI, tests, training, video and demo need, on a fresh machine, in minutes.
 # torch is pinned to the CPU build (constraints.txt) unless a torch is already installed (GPU users keep theirs).
-# Usage: bash scripts/setup.sh            (library, CLI, training, generation, video, demo, benchmarks, SigLIP, Pearl)
+# Usage: bash scripts/setup.sh            (library, CLI, training, generation, video, demo, benchmarks, SigLIP, Pearl,
+#                                          captioning)
 #        bash scripts/setup.sh --tests    (also the test tools and, as root, Debian's headless Chromium)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,8 @@ if "$PY" -c "import torch" 2>/dev/null; then
   CONSTRAINTS=$(mktemp)
   "$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$CONSTRAINTS"
 fi
-"$PY" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" -e ".[train,video,demo,dev,benchmarks,generate,siglip,pearl]"
+"$PY" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" \
+  -e ".[train,video,demo,dev,benchmarks,generate,siglip,pearl,captioning]"
 # The original OpenAI CLIP and open_clip code (tests compare against both, loading their files by path);
 # --no-deps: they ask for torchvision (and timm), which have no CPU build matching this torch and are not needed.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps openai-clip==1.0.1 open_clip_torch==3.3.0

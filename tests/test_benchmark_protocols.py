@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from modeling_pacs.benchmarks.grammar import ends_incorrectly, grammar_measures, repeated_ngrams
 from modeling_pacs.benchmarks.protocols import (
     accuracy,
     kendall_tau,
@@ -23,6 +22,8 @@ from modeling_pacs.benchmarks.protocols import (
     spearman,
     strictly_greater,
 )
+from modeling_pacs.captioning.grammar import grammar_measures, repeated_ngrams
+from modeling_pacs.captioning.grammar import has_incorrect_ending as ends_incorrectly
 
 
 def test_identical_and_reversed_rankings_give_plus_and_minus_100():
@@ -149,6 +150,6 @@ def test_grammar_measures_known_values():
     assert ends_incorrectly("a dog sitting on the") and ends_incorrectly("two cats and")
     assert ends_incorrectly("a man riding a wave on a.") and not ends_incorrectly("a man riding a wave.")
     measures = grammar_measures(["a man and a man and a dog", "a dog on a"])
-    assert measures == {"rep_1": 2.5, "rep_2": 1.5, "rep_3": 1.0, "rep_4": 0.5, "incorrect": 50.0}
+    assert measures == {"rep_1": 2.5, "rep_2": 1.5, "rep_3": 1.0, "rep_4": 0.5, "incorrect_percent": 50.0}
     with pytest.raises(ValueError, match="n must be a positive integer"):
         repeated_ngrams("a dog", 0)

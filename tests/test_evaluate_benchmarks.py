@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from modeling_pacs.benchmarks.grammar import grammar_measures
+from modeling_pacs.captioning.grammar import grammar_measures
 from modeling_pacs.loading import load_model
 from modeling_pacs.tiny import make_tiny_model
 from tests.benchmark_fixtures import write_images, write_pascal50s, write_vatex_eval
@@ -317,7 +317,10 @@ def test_system_level_rows(tmp_path, model_dir, model, monkeypatch):
     assert [row["system"] for row in rows] == ["base", "scst"]
     for row, captions in zip(rows, systems.values()):
         grammar = grammar_measures(captions)
-        assert row["measures"]["Rep-1"] == grammar["rep_1"] and row["measures"]["%Incorrect"] == grammar["incorrect"]
+        assert (
+            row["measures"]["Rep-1"] == grammar["rep_1"]
+            and row["measures"]["%Incorrect"] == grammar["incorrect_percent"]
+        )
         expected = model.score([str(tmp_path / image) for image in images], captions, list(references.values()))
         assert row["measures"][model_dir] == pytest.approx(expected.mean_score, abs=1e-6)
         assert row["measures"][f"Ref{model_dir}"] == pytest.approx(expected.mean_ref_score, abs=1e-6)

@@ -5,8 +5,8 @@ metrics when `pycocoevalcap` is installed (METEOR and SPICE also need Java)."""
 import logging
 from pathlib import Path
 
+from ..captioning.grammar import grammar_measures
 from ..cli import attach_references, read_items
-from .grammar import grammar_measures
 from .report import PAPER_NAMES
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -80,7 +80,7 @@ def evaluate_systems(config, models: dict) -> dict:
                 measures[f"Ref{label}"] = output.mean_ref_score
         grammar = grammar_measures([item["caption"] for item in items])
         measures.update({f"Rep-{n}": grammar[f"rep_{n}"] for n in range(1, 5)})
-        measures["%Incorrect"] = grammar["incorrect"]
+        measures["%Incorrect"] = grammar["incorrect_percent"]
         if has_references:
             coco, coco_notes = coco_caption_metrics(items, tuple(config.coco_metrics))
             measures.update(coco)

@@ -1,0 +1,249 @@
+"""An embedding cache for [`PACSModel`]: text and image embeddings keyed by content and by the model's weights.
+
+Repeated scoring (an SCST reward whose references and images recur every step, a Space scoring the same image
+against several captions) encodes each distinct input once. Entries are keyed by
+
+- a fingerprint of the model: a hash of every weight and buffer plus the config fields that change an embedding
+  (prompt prefix, text length). It is recomputed whenever a parameter is replaced or modified in place (tracked by
+  PyTorch's tensor version counters), so an optimizer step or `load_state_dict` invalidates every entry;
+- the content of the input: the caption string, or a hash of the image bytes (file content for paths, pixels for
+  PIL images and arrays), never a path alone, so an edited file is a new entry.
+
+A hit returns the very tensor stored at the miss (bit-identical). The memory store is bounded (least recently used
+entries are dropped); an optional directory keeps entries across processes, one file per entry written atomically.
+
+Remote code: only the standard library and torch.
+"""
+
+import hashlib
+import io
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import PIL.Image
+import torch
+
+TEXT = "text"
+IMAGE = "image"
+
+
+def model_weights_stamp(model: torch.nn.Module) -> tuple:
+    """A cheap token that changes whenever a parameter or buffer is replaced or modified in place."""
+    return tuple(
+        (name, id(tensor), tensor.data_ptr(), tensor._version)
+        for name, tensor in (*model.named_parameters(), *model.named_buffers())
+    )
+
+
+def model_fingerprint(model: torch.nn.Module) -> str:
+    """A hash of every parameter and buffer (name, dtype, shape, bytes) and of the config fields used by encoding."""
+    digest = hashlib.blake2b(digest_size=16)
+    config = getattr(model, "config", None)
+    for field in ("prompt_prefix", "max_text_length"):
+        digest.update(f"{field}={getattr(config, field, None)!r};".encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def image_content_key(image: Any) -> str | None:
+    """A hash of an image's content, or `None` when it cannot be read (the encoder then reports the error)."""
+    digest = hashlib.blake2b(digest_size=16)
+    if isinstance(image, dict):
+        image = image["bytes"] if image.get("bytes") is not None else image.get("path")
+    if isinstance(image, (str, os.PathLike)):
+        try:
+            digest.update(b"bytes:" + Path(image).read_bytes())
+        except OSError:
+            return None
+    elif isinstance(image, (bytes, bytearray, memoryview)):
+        digest.update(b"bytes:" + bytes(image))
+    elif isinstance(image, PIL.Image.Image):
+        digest.update(f"pil:{image.mode}:{image.size};".encode() + image.tobytes())
+    elif isinstance(image, (np.ndarray, torch.Tensor)):
+        array = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else image
+        digest.update(f"array:{array.shape}:{array.dtype};".encode() + np.ascontiguousarray(array).tobytes())
+    else:
+        return None
+    return digest.hexdigest()
+
+
+class EmbeddingCache:
+    r"""
+    Bounded, content-keyed cache of the embeddings of a [`PACSModel`], optionally persisted in a directory.
+
+    Attach it with `model.embedding_cache = EmbeddingCache(...)`: `encode_texts`, `encode_images` and therefore
+    `score` then encode only what the cache does not hold. Token-level features (`return_tokens=True`) bypass it.
+
+    Args:
+        max_entries (`int`, defaults to 100,000):
+            Entries kept in memory (each holds one `projection_dim` fp32 vector: 2 KiB for ViT-B/32); the least
+            recently used are dropped beyond it.
+        directory (`str` or `os.PathLike`, *optional*):
+            Where entries are also stored, one file per entry under a folder named by the model fingerprint.
+
+    Example:
+
+    ```python
+    >>> from modeling_pacs.cache import EmbeddingCache
+    >>> from modeling_pacs.loading import load_model
+    >>> model = load_model("tiny")
+    >>> model.embedding_cache = EmbeddingCache(max_entries=10_000)
+    >>> first = model.encode_texts(["a dog on a beach"])
+    >>> second = model.encode_texts(["a dog on a beach"])  # a hit: the same tensor values
+    >>> bool((first == second).all()), model.embedding_cache.hits
+    (True, 1)
+    ```
+    """
+
+    def __init__(self, max_entries: int = 100_000, directory: str | os.PathLike | None = None):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0:
+            raise ValueError(f"max_entries must be a positive integer, got {max_entries!r}")
+        self.max_entries = max_entries
+        self.directory = Path(directory) if directory is not None else None
+        self.entries: OrderedDict[tuple[str, str, str], torch.Tensor] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self._fingerprints: dict[int, tuple[tuple, str]] = {}
+        self._lock = threading.Lock()
+        self._filling = threading.local()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def clear(self):
+        """Drop every entry held in memory (files in `directory` stay) and reset the counters."""
+        with self._lock:
+            self.entries.clear()
+            self.hits = self.misses = 0
+
+    def fingerprint(self, model: torch.nn.Module) -> str:
+        """The model's weight fingerprint, recomputed only when a weight tensor changed since the last call."""
+        stamp = model_weights_stamp(model)
+        known = self._fingerprints.get(id(model))
+        if known is None or known[0] != stamp:
+            known = (stamp, model_fingerprint(model))
+            self._fingerprints[id(model)] = known
+        return known[1]
+
+    def is_filling(self) -> bool:
+        """True while this thread encodes the misses of a cached call (the model then encodes directly)."""
+        return getattr(self._filling, "active", False)
+
+    @contextmanager
+    def _encoding_misses(self):
+        self._filling.active = True
+        try:
+            yield
+        finally:
+            self._filling.active = False
+
+    def encode(
+        self,
+        model: torch.nn.Module,
+        kind: str,
+        items: list,
+        encode_missing: Callable[[list[int]], torch.Tensor],
+    ) -> torch.Tensor:
+        """Embeddings `[len(items), D]` of `items`, calling `encode_missing(positions)` for the uncached ones.
+
+        `kind` is `"text"` (items are caption strings) or `"image"` (any image input). Items whose content cannot be
+        read are encoded (and fail there with the model's own error message) but not cached.
+        """
+        if kind not in (TEXT, IMAGE):
+            raise ValueError(f"kind must be '{TEXT}' or '{IMAGE}', got {kind!r}")
+        fingerprint = self.fingerprint(model)
+        keys = [item if kind == TEXT else image_content_key(item) for item in items]
+        found: dict[int, torch.Tensor] = {}
+        missing: list[int] = []
+        first_missing: dict[str, int] = {}
+        duplicates: dict[int, int] = {}
+        for position, key in enumerate(keys):
+            stored = self._get((fingerprint, kind, key)) if key is not None else None
+            if stored is not None:
+                found[position] = stored
+            elif key is not None and key in first_missing:
+                duplicates[position] = first_missing[key]
+            else:
+                if key is not None:
+                    first_missing[key] = position
+                missing.append(position)
+        with self._lock:
+            self.hits += len(found)
+            self.misses += len(missing)
+        if missing:
+            with self._encoding_misses():
+                encoded = encode_missing(missing)
+            for row, position in enumerate(missing):
+                found[position] = encoded[row].clone()
+                if keys[position] is not None:
+                    self._put((fingerprint, kind, keys[position]), found[position])
+        for position, source in duplicates.items():
+            found[position] = found[source]
+        if not items:
+            return torch.zeros(0, model.config.backbone_config.projection_dim)
+        return torch.stack([found[position] for position in range(len(items))])
+
+    # ---------------------------------------------------------------------------------------------- storage
+    def _file(self, key: tuple[str, str, str]) -> Path:
+        fingerprint, kind, content = key
+        name = hashlib.blake2b(content.encode("utf-8"), digest_size=16).hexdigest()
+        return self.directory / fingerprint / kind / name[:2] / f"{name}.pt"
+
+    def _get(self, key: tuple[str, str, str]) -> torch.Tensor | None:
+        with self._lock:
+            if key in self.entries:
+                self.entries.move_to_end(key)
+                return self.entries[key]
+        if self.directory is None:
+            return None
+        path = self._file(key)
+        if not path.is_file():
+            return None
+        try:
+            stored = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError):
+            return None  # a damaged file is a miss; it is rewritten atomically below
+        if stored.get("content") != key[2]:
+            return None  # a hash collision of the file name: never return another input's embedding
+        self._remember(key, stored["embedding"])
+        return stored["embedding"]
+
+    def _put(self, key: tuple[str, str, str], embedding: torch.Tensor):
+        self._remember(key, embedding)
+        if self.directory is None:
+            return
+        path = self._file(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        torch.save({"content": key[2], "embedding": embedding}, buffer)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(buffer.getvalue())
+                file.flush()
+                os.fsync(file.fileno())
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def _remember(self, key: tuple[str, str, str], embedding: torch.Tensor):
+        with self._lock:
+            self.entries[key] = embedding
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.max_entries:
+                self.entries.popitem(last=False)
+
+
+__all__ = ["EmbeddingCache", "image_content_key", "model_fingerprint"]
