@@ -202,7 +202,7 @@ class ModelCache:
         pac_s = self.load_or_explain(str(Path(choice).expanduser()), choice)
         if pac_s.config.model_type == "pearl":  # a PearlScorer: Pearl-img and Pearl columns, no CLIP-S
             return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason="Pearl models score on their own")
-        if pac_s.config.variant == "clip_s":
+        if getattr(pac_s.config, "variant", None) == "clip_s":
             raise gr.Error(
                 f"'{shown(choice)}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is "
                 "then computed with the CLIP named by its config's base_model_id)",
@@ -378,7 +378,7 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     images = [request.image] * len(request.captions)
     references = [request.references] * len(request.captions) if request.references else None
     free_name, ref_name = models.pac_s.config.score_names
-    if models.pac_s.config.variant == "polos" and references is None:
+    if getattr(models.pac_s.config, "variant", None) == "polos" and references is None:
         raise gr.Error("Polos is a reference-based metric: enter at least one reference", title="No references")
     pac_s_output = models.pac_s.score(images, request.captions, references=references)
     table = pd.DataFrame({"caption": request.captions})

@@ -73,7 +73,7 @@ def test_space_scores_with_a_local_siglip_model(siglip_directory, images, expect
     monkeypatch.syspath_prepend(str(REPO_ROOT / "space"))
     import app
 
-    cache = app.ModelCache({}, local_model=str(siglip_directory), allow_typed_paths=False)
+    cache = app.ModelCache({}, local_model=str(siglip_directory), allow_typed_paths=True)  # local: reasons shown
     models = cache.get(str(siglip_directory))
     # CLIP-S needs the base SigLIP named in the config (a Hub id, unreachable offline): the Space says why it is absent.
     assert models.clip_s is None and "google/siglip2-base-patch16-224" in models.clip_s_unavailable_reason

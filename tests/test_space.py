@@ -236,7 +236,7 @@ def score(client: Client, image, captions: list[str], references: list[str], mod
 # ---------------------------------------------------------------------------------------------------- endpoints
 def test_named_endpoints_and_model_list(client, space_models):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
-    assert set(endpoints) == {"/score", "/list_models"}
+    assert set(endpoints) == {"/score", "/list_models", "/score_video"}
     assert client.predict(api_name="/list_models") == [space_models["local"], TINY_CHOICE]
 
 
