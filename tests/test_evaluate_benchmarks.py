@@ -357,3 +357,29 @@ def test_benchmark_all_runs_every_present_folder(tmp_path, caplog):
     assert "no folder for activitynet_foil, composite, flickr8k_cf" in caplog.text
     with pytest.raises(SystemExit, match="no benchmark folder found"):
         run("--benchmark", "all", "--data-dir", tmp_path, "--dump-items", dump)
+
+
+@pytest.mark.parametrize("family", ["tiny:polos", "tiny:pearl", "tiny-siglip"])
+def test_every_metric_family_runs_a_benchmark(crowdflower_dir, family, tmp_path):
+    """Polos, Pearl and SigLIP-based models are selectable with --model: the table's correlations equal scipy's on
+    the model's own per-item scores (items scored one at a time)."""
+    results = run(
+        "--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", family,
+        "--output", tmp_path / "out", "--quiet",
+    )  # fmt: skip
+    from modeling_pacs.benchmarks import load_benchmark
+
+    items = load_benchmark("flickr8k_cf", crowdflower_dir).items
+    model = load_model(family)
+    alone = [model.score([item["image"]], [item["candidate"]], [item["references"]]) for item in items]
+    human = [item["human"] for item in items]
+    columns = {"score": [float(o.scores[0]) for o in alone]}
+    if getattr(alone[0], "ref_scores", None) is not None:  # Polos is reference-based only: one column
+        columns["ref_score"] = [float(o.ref_scores[0]) for o in alone]
+    rows = results["benchmarks"]["flickr8k_cf"]["rows"]
+    assert len(rows) == len(columns)
+    cached = {row["id"]: row for row in cached_scores(tmp_path / "out", "flickr8k_cf", family.replace(":", "-"))}
+    for (column, values), row in zip(columns.items(), rows):
+        assert_scores_close([cached[item["id"]][column] for item in items], values, what=column)
+        expected = 100 * scipy.stats.kendalltau(values, human, variant="c")[0]  # NaN when the scores are constant
+        assert row["statistics"]["kendall_tau_c"] == pytest.approx(expected, abs=1e-6, nan_ok=True)

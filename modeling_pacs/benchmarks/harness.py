@@ -152,6 +152,8 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
     for name in config.models:
         models[name] = load_model(name, device=config.device, dtype=config.dtype)
         if config.w is not None:
+            if getattr(models[name].config, "w", None) is None:
+                raise ValueError(f"--w applies to PAC-S / CLIP-S models; '{name}' has no w")
             models[name].config.w = config.w
     results = {"benchmarks": {}, "runs": [], "options": asdict(options)}
     plots = {}
@@ -185,7 +187,8 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                     image_encodings=counts.images, text_encodings=counts.texts, **naive_encodings(benchmark)
                 )
             results["runs"].append(run_record)
-            meta = {"source": "model", "w": model.config.w, "dtype": str(model.dtype).replace("torch.", "")}
+            w = getattr(model.config, "w", None)  # Polos and Pearl have no w
+            meta = {"source": "model", "w": w, "dtype": str(model.dtype).replace("torch.", "")}
             rows += evaluate_columns(benchmark, name, columns, meta)
         for name, path, columns in external:
             rows += evaluate_columns(benchmark, name, columns, {"source": str(path), "sha256": checksum(path)})

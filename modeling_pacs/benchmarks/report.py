@@ -171,7 +171,9 @@ def _cell(row: dict, stat: str) -> str:
 def _label(row: dict) -> str:
     known = row["paper_name"] if row["paper"] else None
     label = f"{row['name']}:{row['column']}" + (f" [{known}]" if known else "")
-    return label + (f" w={row['w']:g} {row['dtype']}" if "w" in row else "")
+    if row.get("w") is not None:
+        return label + f" w={row['w']:g} {row['dtype']}"
+    return label + (f" {row['dtype']}" if row.get("dtype") else "")
 
 
 def format_table(result: dict, markdown: bool = False) -> str:

@@ -28,15 +28,19 @@ SCORE_COLUMNS = ("score", "ref_score")
 
 @dataclass
 class EncodingCounts:
-    """How many images and texts the encoders actually ran on (after deduplication)."""
+    """How many images and texts the encoders actually ran on (after deduplication); `None` for models that do not
+    encode through `encode_images` / `encode_texts` (Polos, Pearl)."""
 
-    images: int = 0
-    texts: int = 0
+    images: int | None = 0
+    texts: int | None = 0
 
 
 @contextlib.contextmanager
 def count_encodings(model) -> Iterator[EncodingCounts]:
     """Count the inputs of `model.encode_images` / `model.encode_texts` while the block runs."""
+    if not all(callable(getattr(model, name, None)) for name in ("encode_images", "encode_texts")):
+        yield EncodingCounts(images=None, texts=None)
+        return
     counts = EncodingCounts()
     encode_images, encode_texts = model.encode_images, model.encode_texts
 
@@ -100,9 +104,12 @@ def score_image_items(
                 text_batch_size=text_batch_size,
                 progress=progress,
             )
+            # Polos is reference-based only: its one column is `score` (no `ref_scores`).
+            ref_scores = getattr(output, "ref_scores", None)
             rows = [
-                {"row": first + offset, "id": item["id"], "score": float(score), "ref_score": float(ref_score)}
-                for offset, (item, score, ref_score) in enumerate(zip(chunk, output.scores, output.ref_scores))
+                {"row": first + offset, "id": item["id"], "score": float(output.scores[offset])}
+                | ({} if ref_scores is None else {"ref_score": float(ref_scores[offset])})
+                for offset, item in enumerate(chunk)
             ]
             if job is not None:
                 job.write_jsonl_shard(number, rows)
@@ -115,8 +122,9 @@ def score_image_items(
     scores = {column: {} for column in SCORE_COLUMNS}
     for row in all_rows:
         for column in SCORE_COLUMNS:
-            scores[column][row["id"]] = row[column]
-    return scores, counts
+            if column in row:
+                scores[column][row["id"]] = row[column]
+    return {column: values for column, values in scores.items() if values}, counts
 
 
 def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:

@@ -88,6 +88,11 @@ class PearlScorer:
         self.batch_size = batch_size
 
     @property
+    def dtype(self) -> torch.dtype:
+        """Precision of the Pearl head (fp32)."""
+        return next(self.model.parameters()).dtype
+
+    @property
     def config(self):
         return self.model.config
 
