@@ -12,7 +12,7 @@ import scipy.stats
 from modeling_pacs.captioning.grammar import grammar_measures
 from modeling_pacs.loading import load_model
 from modeling_pacs.tiny import make_tiny_model
-from tests.benchmark_fixtures import write_images, write_pascal50s, write_vatex_eval
+from tests.benchmark_fixtures import write_activitynet_foil, write_images, write_pascal50s, write_vatex_eval
 from tests.helpers import assert_scores_close
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "evaluate_benchmarks.py"
@@ -383,3 +383,39 @@ def test_every_metric_family_runs_a_benchmark(crowdflower_dir, family, tmp_path)
         assert_scores_close([cached[item["id"]][column] for item in items], values, what=column)
         expected = 100 * scipy.stats.kendalltau(values, human, variant="c")[0]  # NaN when the scores are constant
         assert row["statistics"]["kendall_tau_c"] == pytest.approx(expected, abs=1e-6, nan_ok=True)
+
+
+def test_video_benchmarks_score_with_a_model(tmp_path, model_dir, model):
+    """VATEX-EVAL and ActivityNet-FOIL with --model: real (tiny) videos through PACSModel.score_videos. VATEX's
+    reference-free row equals the per-annotator protocol on a direct score_videos call; ActivityNet-FOIL runs end to
+    end on two paired videos (the third has no file and is left out), so its accuracy is 0, 50 or 100."""
+    from modeling_pacs.benchmarks import load_benchmark
+    from tests.test_video import random_frames, write_video
+
+    root, human = write_vatex_eval(tmp_path / "vatex")
+    (root / "videos").mkdir()
+    for k in range(3):
+        write_video(
+            root / "videos" / f"video{k}_000001_000011.mp4", random_frames(12, k), codec="mpeg4", pix_fmt="yuv420p"
+        )
+    results = run("--benchmark", "vatex_eval", "--data-dir", root, "--model", model_dir)
+    benchmark = load_benchmark("vatex_eval", root)
+    items = benchmark.items
+    direct = model.score_videos(
+        [item["video"] for item in items],
+        [item["candidate"] for item in items],
+        [item["references"] for item in items],
+        num_frames=benchmark.options.get("num_frames"),
+    )
+    free = {item["id"]: float(value) for item, value in zip(items, direct.video_scores)}
+    metric = np.array([free[f"vatex_eval/{i}/1ref"] for i in range(6)])
+    expected = np.mean([scipy.stats.kendalltau(np.around(metric, 4), human[:, k])[0] for k in range(3)])
+    row = results["benchmarks"]["vatex_eval"]["rows"][0]
+    assert row["statistics"]["kendall_tau_b"] == pytest.approx(100 * round(float(expected), 4), abs=1e-6, nan_ok=True)
+
+    anet = write_activitynet_foil(tmp_path / "anet")
+    for video, count in (("v1", 50), ("v2", 25)):  # 25 fps: 2 s and 1 s clips (durations in the JSON are larger)
+        write_video(anet / "videos" / f"{video}.mp4", random_frames(count, 7), codec="mpeg4", pix_fmt="yuv420p")
+    results = run("--benchmark", "activitynet_foil", "--data-dir", anet, "--model", model_dir)
+    (row, *_) = results["benchmarks"]["activitynet_foil"]["rows"]
+    assert row["statistics"]["accuracy"] in (0.0, 50.0, 100.0)

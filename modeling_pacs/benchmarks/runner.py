@@ -128,7 +128,7 @@ def score_image_items(
 
 
 def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
-    """Video benchmarks through `PACSModel.score_videos` (issue 11). Untested until that method lands."""
+    """Video benchmarks through `PACSModel.score_videos` (SPEC §2): `score` is Eq. 13, `ref_score` Eq. 14."""
     check_positive("batch_size", batch_size)
     missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
     if missing:
@@ -159,16 +159,13 @@ def score_segments(
     model, items: list[dict], idf_corpus: list[str] | None, batch_size: int
 ) -> dict[str, dict[str, float]]:
     """ActivityNet-FOIL: every frame of a video encoded once, each sentence scored on its segment's slice."""
-    import av  # optional dependency: extra "video"
     import torch
 
     from .protocols import segment_frames
 
-    frames_by_video = {}
-    for video in sorted({item["video"] for item in items}):
-        with av.open(video) as container:
-            frames = [frame.to_image() for frame in container.decode(video=0)]
-        frames_by_video[video] = model.encode_images(frames, batch_size)
+    videos = sorted({item["video"] for item in items})
+    # Every frame of each video, decoded and encoded once (EMScore's demo slices the whole-video features).
+    frames_by_video = dict(zip(videos, model.encode_videos(videos, batch_size=batch_size)))
     segments, empty = [], 0
     for item in items:
         embeds = frames_by_video[item["video"]]
