@@ -22,6 +22,7 @@ from .inputs import (
     check_references,
     image_key,
     load_and_preprocess,
+    prefetch_batches,
     prepare_caption,
 )
 from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
@@ -30,6 +31,8 @@ logger = logging.get_logger(__name__)
 
 # Above this many items a progress bar is shown unless `progress=False`.
 PROGRESS_THRESHOLD = 512
+# Captions are tokenised and sorted by length in chunks of about this many (a multiple of the batch size).
+TEXT_CHUNK_SIZE = 8192
 
 
 @dataclass
@@ -292,6 +295,15 @@ class PACSModel(PACSPreTrainedModel):
         """
         captions = check_captions(captions, "caption")
         batch_size = check_positive_int(batch_size, "text batch_size")
+        chunk_size = batch_size * max(1, TEXT_CHUNK_SIZE // batch_size)
+        if not return_tokens and len(captions) > chunk_size:
+            # Tokenising all captions at once holds every tokenizer Encoding (~6 KiB each): stream chunks instead.
+            text_embeds = torch.empty(len(captions), self.config.backbone_config.projection_dim)
+            starts = range(0, len(captions), chunk_size)
+            for start in self.progress_bar(starts, "encoding texts", len(captions), progress):
+                chunk = captions[start : start + chunk_size]
+                text_embeds[start : start + len(chunk)] = self.encode_texts(chunk, batch_size, progress=False)
+            return text_embeds
         tokens = self.tokenize(captions) if captions else None
         if tokens is None:
             empty = torch.zeros(0, self.config.backbone_config.projection_dim)
@@ -346,9 +358,11 @@ class PACSModel(PACSPreTrainedModel):
         starts = range(0, len(images), batch_size)
         dtype = self.clip.visual_projection.weight.dtype
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
+            batches = [range(start, min(start + batch_size, len(images))) for start in starts]
+            loaded = prefetch_batches(pool, lambda i: load_and_preprocess(images[i], item_indices[i], size), batches)
             for start in self.progress_bar(starts, "encoding images", len(images), progress):
                 indices = range(start, min(start + batch_size, len(images)))
-                pixels = list(pool.map(lambda i: load_and_preprocess(images[i], item_indices[i], size), indices))
+                pixels = next(loaded)
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
                 outputs = self.clip.vision_model(pixel_values=pixel_values)
                 embeds[start : start + len(indices)] = self.clip.visual_projection(outputs.pooler_output).float().cpu()
