@@ -404,6 +404,11 @@ def main():
         default="fp32",
         help="precision of OUR engine (the baselines stay fp32)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch intra-op threads (default: torch's, one per core); 1 helps on a loaded machine",
+    )
     parser.add_argument("--official-dir", type=Path, help="a checkout of aimagelab/pacscore: time it as the baseline")
     parser.add_argument("--no-reference-style", action="store_true", help="skip the reference-style pipeline")
     parser.add_argument(
@@ -416,6 +421,10 @@ def main():
     for name in ("images", "candidates", "references", "repeats"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name} must be at least 1")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = resolve_device(args.device)
 
