@@ -29,6 +29,7 @@ from .inputs import (
     check_positive_int,
     check_references,
     image_key,
+    prefetch_batches,
     prepare_caption,
 )
 from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
@@ -38,6 +39,8 @@ logger = logging.get_logger(__name__)
 
 # Above this many items a progress bar is shown unless `progress=False`.
 PROGRESS_THRESHOLD = 512
+# Captions are tokenised and sorted by length in chunks of about this many (a multiple of the batch size).
+TEXT_CHUNK_SIZE = 8192
 
 
 @dataclass
@@ -362,6 +365,17 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                 captions,
                 lambda missing: self.encode_texts([captions[i] for i in missing], batch_size, progress=progress),
             )
+        chunk_size = batch_size * max(1, TEXT_CHUNK_SIZE // batch_size)
+        if not return_tokens and len(captions) > chunk_size:
+            # Tokenising all captions at once holds every tokenizer Encoding (~6 KiB each): stream chunks instead.
+            text_embeds = torch.empty(len(captions), embedding_dim(self.config.backbone_config))
+            starts = range(0, len(captions), chunk_size)
+            for start in self.progress_bar(starts, "encoding texts", len(captions), progress):
+                chunk = captions[start : start + chunk_size]
+                text_embeds[start : start + len(chunk)] = self.encode_texts(
+                    chunk, batch_size, progress=False, prompt_prefix=prompt_prefix
+                )
+            return text_embeds
         tokens = self.tokenize(captions, prompt_prefix) if captions else None
         if tokens is None:
             empty = torch.zeros(0, embedding_dim(self.config.backbone_config))
@@ -430,9 +444,11 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         starts = range(0, len(images), batch_size)
         dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
+            batches = [range(start, min(start + batch_size, len(images))) for start in starts]
+            loaded = prefetch_batches(pool, lambda i: preprocess(images[i], item_indices[i]), batches)
             for start in self.progress_bar(starts, "encoding images", len(images), progress):
                 indices = range(start, min(start + batch_size, len(images)))
-                pixels = list(pool.map(lambda i: preprocess(images[i], item_indices[i]), indices))
+                pixels = next(loaded)
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
                 embeds[start : start + len(indices)] = encode_image_batch(self.clip, family, pixel_values).float().cpu()
         return embeds
