@@ -122,3 +122,15 @@ def test_a_siglip2_checkpoint_with_the_hubs_gemma_tokenizer_gets_lowercasing(tmp
 
 def test_tiny_siglip_scores_are_not_degenerate(expected):
     assert np.count_nonzero(expected.scores.numpy()) >= 3
+
+
+@pytest.mark.parametrize("alias", ["tiny-siglip", "tiny-siglip2"])
+def test_siglip_models_score_videos_through_their_own_image_pipeline(alias):
+    """A video's frames go through the backbone's own image pipeline and encoder: each frame embedding equals the
+    embedding of that frame scored as an image (SigLIP resizes without a crop, unlike CLIP)."""
+    model = load_model(alias)
+    frames = np.stack([np.asarray(random_image(seed, (80, 48))) for seed in range(4)])  # (T, H, W, C) uint8
+    (frame_embeds,) = model.encode_videos([frames])
+    assert_scores_close(frame_embeds.flatten(), model.encode_images(list(frames)).flatten(), what="frame embeddings")
+    output = model.score_videos([frames, frames], ["a red square", "two dogs"], references=[["a square"], ["dogs"]])
+    assert output.scores.shape == (2,) and bool(torch.isfinite(output.scores).all())
