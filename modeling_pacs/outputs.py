@@ -13,7 +13,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 # The files a saved model directory holds (transformers, PEFT, our remote code, the model card).
@@ -21,7 +21,7 @@ MODEL_DIRECTORY_ENTRIES = re.compile(
     r"^(config\.json|generation_config\.json|.*\.safetensors|.*\.safetensors\.index\.json|pytorch_model.*\.bin|"
     r"tokenizer(_config)?\.json|special_tokens_map\.json|vocab\.json|merges\.txt|added_tokens\.json|"
     r".*\.model|(pre)?processor_config\.json|chat_template\.(json|jinja)|README\.md|\.gitattributes|.*\.py|"
-    r"adapter|adapter_config\.json|training_args\.bin|__pycache__|assets|\.[^/]*\.tmp)$"
+    r"adapter|adapter_config\.json|[a-z_]*tokenizer|training_args\.bin|__pycache__|assets|\.[^/]*\.tmp)$"
 )
 
 
@@ -50,6 +50,8 @@ def check_output_directory(
     overwrite: bool = False,
     allow_existing: bool = False,
     what: str = "output directory",
+    replaceable: Callable[[Path], bool] = is_model_directory,
+    replaceable_kind: str = "a model directory",
 ) -> Path:
     """Refuse a directory output that would destroy data; return it resolved.
 
@@ -59,6 +61,8 @@ def check_output_directory(
         overwrite: the user passed `--overwrite`: a non-empty *model* directory may be replaced.
         allow_existing: the command resumes or adds to its own folder (e.g. corpus shards): a non-empty folder is
             fine, but the place rules still hold.
+        replaceable: which non-empty folders `overwrite` may replace (default: model directories); a command whose
+            output is not a model (e.g. benchmark results) passes its own recognisable layout.
     """
     target = _resolved(directory)
     here = Path.cwd().resolve()
@@ -82,11 +86,12 @@ def check_output_directory(
         return target
     if not overwrite:
         raise OutputPathError(f"{what} '{directory}' exists and is not empty: choose another, or pass --overwrite")
-    if not is_model_directory(target):
-        foreign = sorted(entry.name for entry in target.iterdir() if not MODEL_DIRECTORY_ENTRIES.match(entry.name))
+    if not replaceable(target):
+        held = sorted(entry.name for entry in target.iterdir() if not MODEL_DIRECTORY_ENTRIES.match(entry.name))
+        held = held or sorted(entry.name for entry in target.iterdir())
         raise OutputPathError(
-            f"{what} '{directory}' is not a model directory (it holds {foreign[:5] or 'no config.json'}): "
-            "--overwrite replaces only a folder a previous run wrote. Remove it yourself, or choose another"
+            f"{what} '{directory}' is not {replaceable_kind} (it holds {held[:5]}): --overwrite replaces only a "
+            "folder a previous run wrote. Remove it yourself, or choose another"
         )
     return target
 

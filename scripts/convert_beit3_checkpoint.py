@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from modeling_pacs.encoders.beit3 import convert_beit3_checkpoint
+from modeling_pacs.outputs import check_output_directory
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.checkpoint, args.sentencepiece):
         if not path.is_file():
             parser.error(f"{path} does not exist")
-    if args.output.is_dir() and any(args.output.iterdir()) and not args.overwrite:
-        parser.error(f"--output {args.output} is not empty (pass --overwrite)")
+    try:  # the project's output rules: never a place holding the inputs; --overwrite only over a model directory
+        check_output_directory(args.output, inputs=[args.checkpoint, args.sentencepiece], overwrite=args.overwrite)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         model = convert_beit3_checkpoint(args.checkpoint, args.output, args.sentencepiece, args.num_heads)
     except ValueError as error:

@@ -43,6 +43,7 @@ from modeling_pacs.captioning.training import (
 )
 from modeling_pacs.cli import write_atomically
 from modeling_pacs.loading import load_model
+from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.tiny import build_clip_tokenizer
 
 logger = logging.getLogger("train_captioner")
@@ -133,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     output_dir = Path(args.output_dir)
+    try:  # the project's place rules; resuming into the folder is this script's own policy below
+        inputs = [args.dataset, args.karpathy_json, args.image_root, args.feature_cache, args.init]
+        check_output_directory(output_dir, inputs=inputs, allow_existing=True, what="output_dir")
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     if output_dir.is_dir() and any(output_dir.iterdir()) and not (args.overwrite or args.resume_from_checkpoint):
         raise SystemExit(
             f"output_dir {output_dir} is not empty: continue with --resume_from_checkpoint last, or pass --overwrite"

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from modeling_pacs.configuration_pearl import PearlConfig
+from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.pearl.data import LAYOUTS, read_rows, split_paths
 from modeling_pacs.pearl.features import FeatureCache
 from modeling_pacs.pearl.saving import save_pearl
@@ -44,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.epochs <= 0 or args.batch_size <= 0 or args.learning_rate <= 0 or args.warmup_steps < 0:
         parser.error("--epochs, --batch-size and --learning-rate must be > 0, --warmup-steps >= 0")
+    try:  # the project's place rules; resuming into the folder (or writing over it with --overwrite) is this script's
+        check_output_directory(args.output, inputs=[args.data, args.cache, args.init], allow_existing=True)
+    except ValueError as error:
+        parser.error(str(error))
     if args.output.is_dir() and any(args.output.iterdir()) and not (args.resume or args.overwrite):
         parser.error(f"--output {args.output} is not empty: pass --resume to continue or --overwrite")
     paths = split_paths(args.data, args.layout)

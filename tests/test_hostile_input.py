@@ -327,3 +327,32 @@ def test_corpus_output_dir_may_not_contain_the_input(image_folder, tiny_model_di
         with pytest.raises(SystemExit) as exit_info:
             load_score_corpus().main([str(path), "--output-dir", output, "--model", str(tiny_model_dir)])
         assert "--output-dir: output directory" in str(exit_info.value)
+
+
+def test_every_directory_writer_follows_the_same_output_rules(tmp_path, monkeypatch):
+    """The benchmark script (which deletes its --output with --overwrite) and the Polos converter use the same
+    check as `pacs-pp convert`: never the current directory, never a folder that is not theirs."""
+    import importlib.util
+
+    from modeling_pacs.polos.convert import convert_polos_checkpoint
+
+    spec = importlib.util.spec_from_file_location(
+        "evaluate_benchmarks", REPO_ROOT / "scripts" / "evaluate_benchmarks.py"
+    )
+    evaluate_benchmarks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(evaluate_benchmarks)
+    data = tmp_path / "data"
+    data.mkdir()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    monkeypatch.chdir(tmp_path)
+    base = ["--benchmark", "flickr8k_cf", "--data-dir", str(data), "--scores", f"x={tmp_path / 's.jsonl'}"]
+    for output, message in ((".", "is the current directory or one of its parents"), ("mine", "is not an earlier")):
+        with pytest.raises(SystemExit, match=message):
+            evaluate_benchmarks.main([*base, "--output", output, "--overwrite"])
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    with pytest.raises(ValueError, match="is the current directory or one of its parents"):
+        convert_polos_checkpoint(tmp_path / "reprod.ckpt", ".", overwrite=True)
+    with pytest.raises(ValueError, match="is not a model directory"):
+        convert_polos_checkpoint(tmp_path / "reprod.ckpt", mine, overwrite=True)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..cli import write_atomically
+from ..outputs import check_output_directory
 from . import BENCHMARKS, load_benchmark
 from .data import Benchmark, BenchmarkOptions, checksum
 from .report import benchmark_rows, paper_name, write_reports
@@ -92,18 +93,40 @@ def read_scores(path: Path) -> dict[str, dict[str, float]]:
     return columns
 
 
+def is_benchmark_output(folder: Path) -> bool:
+    """A folder an earlier `--output` run wrote: it holds results.json or the score cache."""
+    return (folder / "results.json").is_file() or (folder / "cache").is_dir()
+
+
 def prepare_output(config: HarnessConfig):
     output = config.output
     if output is None:
         return
     if output.exists() and not output.is_dir():
         raise ValueError(f"--output {output} is a file: pass a folder")
+    # "[NAME=]FILE" / "SYSTEM=FILE": the file is what follows the last "="
+    inputs = [
+        config.data_dir,
+        config.references,
+        *(spec.rpartition("=")[2] for spec in config.scores + config.captions),
+    ]
+    # The project's place rules (never the current directory, a parent of it, or a folder holding an input).
+    check_output_directory(output, inputs=inputs, allow_existing=True, what="--output")
     if output.is_dir() and any(output.iterdir()) and not config.resume:
         if not config.overwrite:
             raise ValueError(
                 f"--output {output} is not empty: pass --resume to reuse its cached scores, or --overwrite to "
                 "replace it"
             )
+        # --overwrite replaces only a folder an earlier run of this command wrote.
+        check_output_directory(
+            output,
+            inputs=inputs,
+            overwrite=True,
+            what="--output",
+            replaceable=is_benchmark_output,
+            replaceable_kind="an earlier benchmark output (results.json or cache/)",
+        )
         shutil.rmtree(output)
     output.mkdir(parents=True, exist_ok=True)
 

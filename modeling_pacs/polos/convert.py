@@ -43,6 +43,7 @@ from ..convert import (
 )
 from ..modeling_pacs import make_world_readable
 from ..modeling_polos import PolosModel
+from ..outputs import check_output_directory
 from ..tiny import build_clip_tokenizer
 from .tiny import save_polos_hub_ready
 
@@ -336,10 +337,7 @@ def convert_polos_checkpoint(
     """
     checkpoint_path = Path(checkpoint)
     output_dir = Path(output_dir)
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())) and not overwrite:
-        raise FileExistsError(
-            f"output directory '{output_dir}' exists and is not empty: choose another, or pass --overwrite"
-        )
+    check_output_directory(output_dir, inputs=[checkpoint_path, hparams], overwrite=overwrite)
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
     loaded = load_polos_checkpoint(checkpoint_path)
