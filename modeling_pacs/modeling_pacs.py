@@ -112,6 +112,26 @@ def missing_weights_message(name_or_path: str) -> str:
     )
 
 
+def hub_download_kwargs(kwargs: dict) -> dict:
+    """The `from_pretrained` keyword arguments that also apply to the tokenizers and adapters of the same repo."""
+    names = ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
+    return {key: kwargs[key] for key in names if key in kwargs}
+
+
+def load_or_explain(load, name_or_path: str, message):
+    """`load()`, but a model that is neither a local directory nor on the Hub raises `OSError(message(name))`."""
+    try:
+        return load()
+    except OSError as error:
+        if Path(name_or_path).is_dir():
+            raise
+        raise OSError(message(name_or_path)) from error
+    except ValueError as error:  # huggingface_hub's HFValidationError for strings that are not repo ids
+        if Path(name_or_path).exists() or "repo" not in str(error).lower():
+            raise
+        raise OSError(message(name_or_path)) from error
+
+
 class PACSPreTrainedModel(PreTrainedModel):
     config: PACSConfig
     config_class = PACSConfig
@@ -158,21 +178,12 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, load_adapter: bool = True, **kwargs):
         """Load weights, tokenizer and (when `config.adapter_path` is set) the PEFT adapter."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
-        hub_kwargs = {
-            key: kwargs[key]
-            for key in ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
-            if key in kwargs
-        }
-        try:
-            model = super().from_pretrained(name_or_path, *model_args, **kwargs)
-        except OSError as error:
-            if Path(name_or_path).is_dir():
-                raise
-            raise OSError(missing_weights_message(name_or_path)) from error
-        except ValueError as error:  # huggingface_hub's HFValidationError for strings that are not repo ids
-            if Path(name_or_path).exists() or "repo" not in str(error).lower():
-                raise
-            raise OSError(missing_weights_message(name_or_path)) from error
+        hub_kwargs = hub_download_kwargs(kwargs)
+        model = load_or_explain(
+            lambda: super(PACSModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+            name_or_path,
+            missing_weights_message,
+        )
         # Passing the backbone config keeps AutoTokenizer from resolving (and prompting for) our remote config.
         model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
         check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)

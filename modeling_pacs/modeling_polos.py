@@ -28,7 +28,14 @@ from transformers.utils import ModelOutput, logging
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
 from .inputs import ImageInput, check_captions, check_references, image_key
-from .modeling_pacs import PACSModel, deduplicate, make_world_readable, mean_or_nan
+from .modeling_pacs import (
+    PACSModel,
+    deduplicate,
+    hub_download_kwargs,
+    load_or_explain,
+    make_world_readable,
+    mean_or_nan,
+)
 from .scoring import max_by_owner, polos_features, polos_head, scalar_mix
 
 logger = logging.get_logger(__name__)
@@ -153,21 +160,12 @@ class PolosModel(PolosPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load weights and both tokenizers."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
-        hub_kwargs = {
-            key: kwargs[key]
-            for key in ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
-            if key in kwargs
-        }
-        try:
-            model = super().from_pretrained(name_or_path, *model_args, **kwargs)
-        except OSError as error:
-            if Path(name_or_path).is_dir():
-                raise
-            raise OSError(missing_polos_message(name_or_path)) from error
-        except ValueError as error:  # huggingface_hub's HFValidationError for strings that are not repo ids
-            if Path(name_or_path).exists() or "repo" not in str(error).lower():
-                raise
-            raise OSError(missing_polos_message(name_or_path)) from error
+        hub_kwargs = hub_download_kwargs(kwargs)
+        model = load_or_explain(
+            lambda: super(PolosModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+            name_or_path,
+            missing_polos_message,
+        )
         model.clip_tokenizer = AutoTokenizer.from_pretrained(
             name_or_path, subfolder=CLIP_TOKENIZER_FOLDER, config=model.config.clip_config, **hub_kwargs
         )
