@@ -85,7 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
     protocol.add_argument(
         "--composite-remove-candidate",
         action="store_true",
-        help="Composite: drop references equal to the candidate (papers)",
+        help="Composite, DENEB CSV or Hugging Face copy: drop references equal to the candidate (papers)",
+    )
+    protocol.add_argument(
+        "--composite-rating",
+        choices=["correctness", "thoroughness", "mean"],
+        default="correctness",
+        help="Composite, original AMT_eval files: the human rating (CLIPScore: correctness)",
+    )
+    protocol.add_argument(
+        "--composite-keep-candidate",
+        action="store_true",
+        help="Composite, original AMT_eval files: keep references equal to the candidate (default: removed)",
     )
     protocol.add_argument(
         "--pascal-references",
@@ -145,6 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     options = BenchmarkOptions(
         official_rounding=args.official_rounding,
         composite_remove_candidate=args.composite_remove_candidate,
+        composite_rating=args.composite_rating,
+        composite_keep_candidate=args.composite_keep_candidate,
         pascal_references=args.pascal_references,
         pascal_draws=args.pascal_draws,
         pascal_per_draw=args.pascal_per_draw,

@@ -35,7 +35,9 @@ class BenchmarkOptions:
     papers'. Every report states the values used."""
 
     official_rounding: bool = False  # Polos/DENEB: raw coefficient rounded to 4 decimals (CSV benchmarks)
-    composite_remove_candidate: bool = False  # paper: drop references equal to the candidate
+    composite_remove_candidate: bool = False  # DENEB CSV / HF copy: drop references equal to the candidate (paper)
+    composite_rating: str = "correctness"  # AMT_eval files: "correctness", "thoroughness" or "mean" of the two
+    composite_keep_candidate: bool = False  # AMT_eval files: keep source references equal to the candidate
     pascal_references: str = "all"  # "all" 48 (official) or "draws" (paper: 5 draws of 5)
     pascal_draws: int = 5
     pascal_per_draw: int = 5

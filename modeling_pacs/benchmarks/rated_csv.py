@@ -7,7 +7,8 @@ Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official cod
 
 from pathlib import Path
 
-from .data import Benchmark, BenchmarkOptions, first_existing, read_rated_csv, scores_for
+from . import composite
+from .data import Benchmark, BenchmarkOptions, first_existing, logger, read_rated_csv, scores_for
 from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import kendall_tau, official_round, pearson, remove_true_caption, spearman
 
@@ -49,6 +50,23 @@ def load_rated_csv(
                 "human": row["score"],
             }
         )
+    protocol = {
+        "source": source,
+        "items": "one per CSV row, file order, references as listed (Polos/DENEB validate/dataset.py)",
+        "references": "candidate removed from its references (paper)" if remove_candidate else "as listed (official)",
+        "statistic": f"100 x Kendall tau_b/tau_c, Spearman, Pearson; headline {headline}; "
+        + ("raw coefficient rounded to 4 decimals (official)" if official_rounding else "unrounded"),
+    }
+    if name == "composite":
+        protocol["layout"] = "Hugging Face copy" if source.startswith("Hugging Face") else "DENEB CSV"
+        protocol["rating"] = "the file's score column (pre-built; which AMT rating it holds is not documented)"
+    if name == "nebula":
+        protocol["annotations"] = "as in the CSV given (DENEB's release is uncorrected; Pearl's numbers use Spica)"
+    return Benchmark(name, items, files, protocol, correlation_report(items, official_rounding), human_field="human")
+
+
+def correlation_report(items: list[dict], official_rounding: bool):
+    """The CSV benchmarks' statistics over all items: Kendall tau_b, tau_c, Spearman, Pearson (x100)."""
     human = [item["human"] for item in items]
 
     def evaluate(scores: dict[str, float], column: str = "score") -> dict[str, float]:
@@ -63,19 +81,21 @@ def load_rated_csv(
             statistics = {key: official_round(value) for key, value in statistics.items()}
         return statistics
 
-    protocol = {
-        "source": source,
-        "items": "one per CSV row, file order, references as listed (Polos/DENEB validate/dataset.py)",
-        "references": "candidate removed from its references (paper)" if remove_candidate else "as listed (official)",
-        "statistic": f"100 x Kendall tau_b/tau_c, Spearman, Pearson; headline {headline}; "
-        + ("raw coefficient rounded to 4 decimals (official)" if official_rounding else "unrounded"),
-    }
-    if name == "nebula":
-        protocol["annotations"] = "as in the CSV given (DENEB's release is uncorrected; Pearl's numbers use Spica)"
-    return Benchmark(name, items, files, protocol, evaluate, human_field="human")
+    return evaluate
 
 
 def load_composite(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
+    """The original AMT_eval files when present (BENCHMARKS.md §3), else DENEB's CSV, else a Hugging Face copy."""
+    if composite.has_amt_files(data_dir):
+        others = [name for name in RATED_CSV_BENCHMARKS["composite"][1] if (data_dir / name).is_file()]
+        if others:
+            logger.info("Composite: the original AMT_eval files are used, not %s", ", ".join(others))
+        return composite.load_amt(data_dir, options)
+    if options.composite_keep_candidate or options.composite_rating != "correctness":
+        logger.warning(
+            "Composite: composite_rating/composite_keep_candidate apply to the AMT_eval files only; %s has none",
+            data_dir,
+        )
     return load_rated_csv("composite", data_dir, options.composite_remove_candidate, options.official_rounding)
 
 
