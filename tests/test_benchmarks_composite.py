@@ -295,3 +295,75 @@ def test_script_prefers_the_amt_files_and_reports_layout_variant_and_checksums(a
                 *("--composite-rating", "thoroughness"),
             ]
         )
+
+
+def png_bytes(seed: int) -> bytes:
+    import io
+
+    from tests.helpers import random_image
+
+    buffer = io.BytesIO()
+    random_image(seed, (20, 12)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def write_parquet(path: Path, columns: dict):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(columns), path)
+
+
+def test_hugging_face_copies_with_the_verified_columns_splits_and_configs(tmp_path, monkeypatch):
+    monkeypatch.setenv("PACS_PP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # yuwd/Polaris as the Hub stores it: data/{train,validation,test}-*.parquet, columns refs, cand, img, human_score.
+    for split, score in (("train", 0.1), ("validation", 0.2), ("test", 0.9)):
+        write_parquet(
+            tmp_path / "polaris" / "data" / f"{split}-00000-of-00001.parquet",
+            {
+                "refs": [[f"{split} ref"]],
+                "cand": [f"{split} caption"],
+                "img": [{"bytes": png_bytes(0), "path": f"{split}.png"}],
+                "human_score": [score],
+            },
+        )
+    polaris = load_benchmark("polaris", tmp_path / "polaris")
+    assert [(i["candidate"], i["references"], i["human"]) for i in polaris.items] == [
+        ("test caption", ["test ref"], 0.9)
+    ]
+    assert [path.name for path in polaris.files] == ["test-00000-of-00001.parquet"]
+    # yuwd/Composite through the Hub's parquet export (default/test/0000.parquet): said so in the report.
+    write_parquet(
+        tmp_path / "composite" / "default" / "test" / "0000.parquet",
+        {
+            "refs": [["a dog"]],
+            "cand": ["a dog"],
+            "img": [{"bytes": png_bytes(1), "path": "c.png"}],
+            "human_score": [2.0],
+        },
+    )
+    composite = load_benchmark("composite", tmp_path / "composite", BenchmarkOptions(composite_remove_candidate=True))
+    assert composite.protocol["layout"] == "Hugging Face copy" and composite.items[0]["references"] == []
+    # yuwd/Flickr8k-HumanEval with both configs side by side: each benchmark reads its own config.
+    for config, rating in (("crowdflower", 0.5), ("expert", 3.0)):
+        write_parquet(
+            tmp_path / "f8k" / config / "test" / "0000.parquet",
+            {
+                "imgid": [f"{config}.jpg"],
+                "img": [{"bytes": png_bytes(2), "path": None}],
+                "refs": ["['a ref']"],
+                "mt": [f"{config} caption"],
+                "score": [rating],
+            },
+        )
+    expert = load_benchmark("flickr8k_expert", tmp_path / "f8k")
+    crowdflower = load_benchmark("flickr8k_cf", tmp_path / "f8k")
+    assert [(i["candidate"], i["human"]) for i in expert.items] == [("expert caption", 3.0)]
+    assert [(i["candidate"], i["human"]) for i in crowdflower.items] == [("crowdflower caption", 0.5)]
+    assert Path(expert.items[0]["image"]).name == "000000_expert.jpg"
+    # An unknown layout is refused with the columns found.
+    write_parquet(tmp_path / "odd" / "test-0.parquet", {"text": ["x"], "img": [{"bytes": png_bytes(3), "path": None}]})
+    with pytest.raises(BenchmarkDataError, match=r"no candidate column \(one of .*found \['text', 'img'\]\)"):
+        load_benchmark("nebula", tmp_path / "odd")

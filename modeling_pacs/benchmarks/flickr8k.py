@@ -136,7 +136,7 @@ def kendall_report(items: list[dict]):
 
 def items_from_hf(name: str, data_dir: Path, crowdflower: bool) -> Benchmark:
     """A local copy of `yuwd/Flickr8k-HumanEval` (one row per judgement, as the JSON's items)."""
-    rows, location = read_hf_rows(data_dir, name)
+    rows, location = read_hf_rows(data_dir, name, config="crowdflower" if crowdflower else "expert")
     items = [
         {
             "id": f"{name}/{number}",

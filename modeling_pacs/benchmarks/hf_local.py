@@ -1,10 +1,21 @@
 """Local copies of the Hugging Face mirrors (`save_to_disk` folders or parquet files) of the rated-caption benchmarks:
 `yuwd/Flickr8k-HumanEval` (configs expert / crowdflower), `yuwd/Composite`, `yuwd/Polaris`, `Ka2ukiMatsuda/Nebula`.
 
-The column names are the ones CaptionEvalKit reads (third-party; BENCHMARKS.md §2, §3, §8, §9), unverified against the
-datasets: candidate `mt|cand|caption`, references `refs|references` (a list or a Python list literal), human score
-`human_score|score`, image `img|image` (embedded) or a file name `imgid|file_name|id` under `images/`. Embedded images
-are written once to a cache folder so that every item has an image path.
+Column names, as verified (BENCHMARKS.md §2, §3, §8, §9):
+- `yuwd/Polaris`: `refs` (list of strings), `cand`, `img` (image), `human_score` (float32); splits train / validation
+  / test (26,122 rows, one fewer than `polaris_test.csv`). Sources: the dataset card's `dataset_info` (README.md at
+  Hub commit 6de8caee) and CaptionEvalKit (`YuigaWada/CaptionEvalKit-for-VLMs@23f154b`
+  `capevalkit/infrastructure/benchmarks/legacy.py:590`, which reads exactly these four columns).
+- `Ka2ukiMatsuda/Nebula`: `file_name`, `image` (image), `refs` (list of strings), `mt`, `human_score` (float64);
+  splits train / valid / test (3,298 rows). Sources: the dataset card (README.md at Hub commit a4c99b1, whose usage
+  example prints these features) and CaptionEvalKit `legacy.py:565`.
+- `yuwd/Composite` (config `default`) and `yuwd/Flickr8k-HumanEval` (configs `expert`, `crowdflower`), split `test`:
+  only the image column `img` is verified (CaptionEvalKit `legacy.py:320-321` casts it after `load_dataset`); no
+  dataset card was found, and CaptionEvalKit itself reads the other columns with fallbacks (`legacy.py:393-401`:
+  `imgid|file_name|id`, `cand|mt|caption`, `refs|references`, `human_score|score`). Those alternatives are accepted
+  here too, and an unknown layout is refused with the columns it has.
+
+Embedded images are written once to a cache folder so that every item has an image path.
 """
 
 import ast
@@ -22,27 +33,38 @@ COLUMNS = {
     "image_name": ("imgid", "file_name", "id"),
 }
 LAYOUT = (
-    "a local copy of the Hugging Face dataset: a save_to_disk folder or *.parquet files, split 'test', with columns "
-    "mt|cand|caption, refs|references, human_score|score and img|image or imgid|file_name"
+    "a local copy of the Hugging Face dataset: a save_to_disk folder or *.parquet files, split 'test' (for "
+    "Flickr8k-HumanEval in a sub-folder named by its config, expert or crowdflower, when both are present), with "
+    "columns mt|cand|caption, refs|references, human_score|score and img|image or imgid|file_name|id"
 )
 
 
-def find_hf_copy(data_dir: Path) -> Path | None:
-    """The save_to_disk folder or the first parquet file's folder under `data_dir`, if any."""
-    if (data_dir / "dataset_dict.json").is_file() or (data_dir / "state.json").is_file():
-        return data_dir
+def is_saved_dataset(folder: Path) -> bool:
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
+def find_hf_copy(data_dir: Path, config: str | None = None, split: str = "test") -> Path | None:
+    """The save_to_disk folder, or the folder of the split's parquet files, under `data_dir`, if any. With `config`,
+    a folder named by it is preferred (a copy holding several configs, e.g. Flickr8k-HumanEval's expert and
+    crowdflower: `<config>/<split>/0000.parquet` as the Hub's parquet export, or `<config>/test-*.parquet`)."""
+    for folder in ([data_dir / config] if config else []) + [data_dir]:
+        if is_saved_dataset(folder):
+            return folder
     parquet = sorted(data_dir.rglob("*.parquet"))
+    if config:
+        parquet = [path for path in parquet if config in path.relative_to(data_dir).parts[:-1]] or parquet
+    in_split = [path for path in parquet if path.parent.name == split or path.name.startswith(f"{split}-")]
+    parquet = in_split or parquet
     return parquet[0].parent if parquet else None
 
 
 def _open(location: Path, split: str):
     import datasets
 
-    if (location / "dataset_dict.json").is_file() or (location / "state.json").is_file():
+    if is_saved_dataset(location):
         dataset = datasets.load_from_disk(str(location))
     else:
-        files = sorted(str(path) for path in location.glob("*.parquet"))
-        chosen = [f for f in files if Path(f).name.startswith(f"{split}-")] or files
+        chosen = [str(path) for path in hf_files(location, split)]
         dataset = datasets.load_dataset("parquet", data_files={split: chosen}, split=split)
     if isinstance(dataset, datasets.DatasetDict):
         if split not in dataset:
@@ -69,9 +91,9 @@ def image_cache_dir(location: Path, name: str) -> Path:
     return cache / "benchmark_images" / f"{name}-{digest}"
 
 
-def read_hf_rows(data_dir: Path, name: str, split: str = "test") -> tuple[list[dict], Path]:
+def read_hf_rows(data_dir: Path, name: str, split: str = "test", config: str | None = None) -> tuple[list[dict], Path]:
     """Rows `{mt, refs, score, imgid}` (imgid an absolute image path) and the copy's location."""
-    location = find_hf_copy(data_dir)
+    location = find_hf_copy(data_dir, config, split)
     if location is None:
         raise BenchmarkDataError(f"{data_dir}: no save_to_disk folder or parquet file. Expected {LAYOUT}")
     dataset = _open(location, split)
@@ -107,6 +129,10 @@ def read_hf_rows(data_dir: Path, name: str, split: str = "test") -> tuple[list[d
     return rows, location
 
 
-def hf_files(location: Path) -> list[Path]:
-    """The data files of a local copy, for the report's checksums."""
-    return sorted(location.glob("*.parquet")) or sorted(location.rglob("*.arrow"))
+def hf_files(location: Path, split: str = "test") -> list[Path]:
+    """The split's data files in a local copy: what is read, and what the report checksums."""
+    if is_saved_dataset(location):
+        folder = location / split if (location / split).is_dir() else location
+        return sorted(folder.glob("*.arrow"))
+    files = sorted(location.glob("*.parquet"))
+    return [path for path in files if path.name.startswith(f"{split}-")] or files
