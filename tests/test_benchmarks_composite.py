@@ -367,3 +367,22 @@ def test_hugging_face_copies_with_the_verified_columns_splits_and_configs(tmp_pa
     write_parquet(tmp_path / "odd" / "test-0.parquet", {"text": ["x"], "img": [{"bytes": png_bytes(3), "path": None}]})
     with pytest.raises(BenchmarkDataError, match=r"no candidate column \(one of .*found \['text', 'img'\]\)"):
         load_benchmark("nebula", tmp_path / "odd")
+
+
+def test_mean_needs_both_ratings_of_the_same_captions_and_old_encodings_are_read(tmp_path, caplog):
+    root = write_amt(tmp_path / "c")
+    path = root / "8k_throughness.csv"
+    header, row_8a, _row_8b, *summary = path.read_text().splitlines()
+    path.write_text("\n".join([header, row_8a, *summary]) + "\n")
+    benchmark = load_benchmark("composite", root, BenchmarkOptions(composite_rating="mean"))
+    expected = [row for row in expected_items(root, "mean") if not row[0].startswith("composite/8k/8b/")]
+    assert as_tuples(benchmark) == expected
+    assert "8k_correctness.csv: 1 rows have no thoroughness row for their image: skipped" in caplog.text
+    path.write_text("\n".join([header, row_8a.replace("two dogs play", "two dogs run"), *summary]) + "\n")
+    with pytest.raises(BenchmarkDataError, match=r"8k_throughness.csv: line 2: the captions differ from 8k_corr"):
+        load_benchmark("composite", root, BenchmarkOptions(composite_rating="mean"))
+    path = root / "8k_correctness.csv"
+    path.write_bytes(path.read_text().replace("a cat  sleeps", "a caf\u00e9 cat").encode("cp1252"))
+    benchmark = load_benchmark("composite", root)
+    assert benchmark.items[1]["candidate"] == "a caf\u00e9 cat"
+    assert "8k_correctness.csv is not UTF-8: read as Windows-1252" in caplog.text
