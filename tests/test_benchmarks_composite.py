@@ -140,6 +140,10 @@ def test_amt_files_give_one_item_per_rated_caption_with_the_candidate_removed(am
     assert [item["subset"] for item in benchmark.items] == ["8k"] * 5 + ["30k"] * 3 + ["coco"] * 4
     assert "8k_correctness.csv: 2 trailing summary rows without an image URL dropped" in caplog.text
     assert "2 captions with a missing or NaN rating skipped" in caplog.text
+    assert "Composite: 12 rated captions, the papers report 11985 (3 per image;" in caplog.text
+    assert benchmark.protocol["items"].endswith(
+        "2 missing/NaN ratings skipped [paper-derived]; 12 items (papers: 11985)"
+    )
     assert benchmark.protocol["layout"] == "original AMT_eval CSVs"
     assert benchmark.protocol["rating"] == "correctness (CLIPScore)"
     assert "minus exact matches of the candidate (2 removed" in benchmark.protocol["references"]

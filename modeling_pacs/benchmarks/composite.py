@@ -65,6 +65,9 @@ TOKEN_LAYOUT = "{name}: '<image>.jpg#<k>\\t<caption>' per line"
 COCO_LAYOUT = (
     "captions_val2014.json: COCO captions JSON with 'images' (id, file_name) and 'annotations' (image_id, caption)"
 )
+# CLIPScore §4.1 / SPICE: 11,985 judgements = 3,995 images x 3; the 30k and COCO files rate 4 captions per image,
+# and which caption the papers left out is not documented anywhere found (BENCHMARKS.md §3, §12).
+PAPER_JUDGEMENTS = 11985
 IMAGE_NAME = re.compile(r"\.(jpe?g|png)$", re.IGNORECASE)
 
 
@@ -252,6 +255,13 @@ def load_amt(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
                 )
     if skipped:
         logger.warning("Composite: %d captions with a missing or NaN rating skipped", skipped)
+    if len(items) != PAPER_JUDGEMENTS:
+        logger.warning(
+            "Composite: %d rated captions, the papers report %d (3 per image; the 30k and COCO files rate 4 per "
+            "image and which one the papers left out is undocumented): numbers are not directly comparable",
+            len(items),
+            PAPER_JUDGEMENTS,
+        )
     protocol = {
         "source": "AMT_eval MTurk files (Aditya et al. 2015) + Flickr8k/Flickr30k/COCO references",
         "layout": "original AMT_eval CSVs",
@@ -260,7 +270,8 @@ def load_amt(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
             "thoroughness": "thoroughness (the *_throughness.csv files)",
             "mean": "mean of correctness and thoroughness per caption",
         }[rating],
-        "items": f"one per rated caption, file order, {skipped} missing/NaN ratings skipped [paper-derived]",
+        "items": f"one per rated caption, file order, {skipped} missing/NaN ratings skipped [paper-derived]; "
+        f"{len(items)} items (papers: {PAPER_JUDGEMENTS})",
         "references": (
             "source-corpus references, candidate kept"
             if keep
