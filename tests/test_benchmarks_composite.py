@@ -390,3 +390,26 @@ def test_mean_needs_both_ratings_of_the_same_captions_and_old_encodings_are_read
     benchmark = load_benchmark("composite", root)
     assert benchmark.items[1]["candidate"] == "a caf\u00e9 cat"
     assert "8k_correctness.csv is not UTF-8: read as Windows-1252" in caplog.text
+
+
+def test_model_scores_the_amt_items_and_its_scores_file_gives_the_same_table(amt_dir, tiny_model_dir, tmp_path):
+    from tests.helpers import assert_scores_close
+
+    script = load_script()
+    model_run = script.main(
+        [*("--benchmark", "composite", "--data-dir", str(amt_dir), "--model", str(tiny_model_dir), "--quiet")]
+        + ["--output", str(tmp_path / "model")]
+    )
+    result = model_run["benchmarks"]["composite"]
+    assert [row["column"] for row in result["rows"]] == ["score", "ref_score"]
+    (run,) = model_run["runs"]
+    assert (run["items"], run["image_encodings"], run["naive_image_encodings"]) == (12, 4, 12)
+    folder = tmp_path / "model" / "cache" / "composite" / str(tiny_model_dir).replace("/", "--")
+    cached = [json.loads(line) for path in sorted(folder.glob("shards/*.jsonl")) for line in path.open()]
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(json.dumps({k: row[k] for k in ("id", "score", "ref_score")}) + "\n" for row in cached))
+    external = script.main(["--benchmark", "composite", "--data-dir", str(amt_dir), "--scores", str(scores)])
+    for ours, theirs in zip(result["rows"], external["benchmarks"]["composite"]["rows"]):
+        names = sorted(ours["statistics"])
+        assert names == sorted(theirs["statistics"])
+        assert_scores_close([ours["statistics"][k] for k in names], [theirs["statistics"][k] for k in names])
