@@ -128,6 +128,17 @@ def check_model_card(folder: Path, problems: list[str]):
         problems.append(f"README.md metadata lacks {', '.join(missing)}")
 
 
+def save_remote_code_model(model, directory: str | os.PathLike) -> None:
+    """Save config, weights and remote code so that `AutoModel.from_pretrained(directory, trust_remote_code=True)`
+    loads the model in a fresh process, with the files world-readable (mode 0644) for the Hub and other users."""
+    from .modeling_pacs import make_world_readable
+
+    type(model.config).register_for_auto_class()
+    type(model).register_for_auto_class("AutoModel")
+    model.save_pretrained(directory)
+    make_world_readable(Path(directory))
+
+
 def validate_model_directory(folder: str | os.PathLike) -> list[str]:
     """Check a model directory for the Hub and return the files that would be uploaded (relative paths, sorted).
 
@@ -190,4 +201,10 @@ def push_model_directory(
     return files
 
 
-__all__ = ["ModelDirectoryError", "is_hub_id", "push_model_directory", "validate_model_directory"]
+__all__ = [
+    "ModelDirectoryError",
+    "is_hub_id",
+    "push_model_directory",
+    "save_remote_code_model",
+    "validate_model_directory",
+]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from modeling_pacs.configuration_pearl import PearlConfig
 from modeling_pacs.outputs import check_output_directory
-from modeling_pacs.pearl.data import LAYOUTS, read_rows, split_paths
 from modeling_pacs.pearl.features import FeatureCache
 from modeling_pacs.pearl.saving import save_pearl
 from modeling_pacs.pearl.training import (
@@ -26,6 +25,7 @@ from modeling_pacs.pearl.training import (
     new_pearl_model,
     pearl_training_arguments,
 )
+from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
 
 def main(argv: list[str] | None = None) -> int:

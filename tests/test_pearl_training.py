@@ -17,7 +17,6 @@ from transformers import EarlyStoppingCallback
 from modeling_pacs import PearlModel
 from modeling_pacs.encoders import load_encoder
 from modeling_pacs.loading import tiny_model_directory
-from modeling_pacs.pearl.data import parse_references, read_rows, rows_from_records
 from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.saving import save_pearl
 from modeling_pacs.pearl.scorer import PearlScorer
@@ -27,6 +26,7 @@ from modeling_pacs.pearl.training import (
     compute_pearl_metrics,
     pearl_training_arguments,
 )
+from modeling_pacs.supervised.data import check_references, read_rows, rows_from_records
 from tests.helpers import assert_scores_close
 from tests.pearl_helpers import one_torch_thread, write_spica_fixture  # noqa: F401 (autouse fixture)
 
@@ -86,21 +86,21 @@ def test_nebula_and_polaris_layouts_map_their_columns():
 @pytest.mark.parametrize(
     ("cell", "message"),
     [
-        ("['a dog', 'a cat'", "spica_train.csv row 3: refs cell \"['a dog', 'a cat'\" is not a list literal"),
-        ("['a dog', 3]", "spica_train.csv row 3: refs cell \"['a dog', 3]\" must be a list of strings"),
-        ("'a dog'", "spica_train.csv row 3: refs cell \"'a dog'\" must be a list of strings"),
+        ("['a dog', 'a cat'", "spica_train.csv: row 3, column 'refs': \"['a dog', 'a cat'\" is not a Python list"),
+        ("['a dog', 3]", "spica_train.csv: row 3, column 'refs': \"['a dog', 3]\" must be a list of strings"),
+        ("'a dog'", "spica_train.csv: row 3, column 'refs': \"'a dog'\" must be a list of strings"),
     ],
 )
 def test_malformed_refs_cell_names_the_row(cell, message):
     with pytest.raises(ValueError) as error:
-        parse_references(cell, 3, "spica_train.csv")
+        check_references(cell, "spica_train.csv", 3, required=False)
     assert str(error.value).startswith(message)
 
 
 def test_bad_score_names_the_row():
-    with pytest.raises(ValueError, match=r"s.csv row 0: score '1.5' must be a finite number in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"s.csv: row 0, column 'score': '1.5' is not a finite number in \[0.0, 1.0\]"):
         rows_from_records([{"imgid": "a.jpg", "mt": "x", "refs": "[]", "score": "1.5"}], "spica", "s.csv")
-    with pytest.raises(ValueError, match="s.csv row 0: missing column"):
+    with pytest.raises(ValueError, match=r"s.csv: row 0: missing columns \['refs'\]"):
         rows_from_records([{"imgid": "a.jpg", "mt": "x", "score": "0.5"}], "spica", "s.csv")
 
 

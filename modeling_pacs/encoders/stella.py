@@ -1,17 +1,56 @@
 """Stella text features (SPEC-pearl §2): `NovaSearch/stella_en_400M_v5` (remote code), masked mean pooling of the last
-hidden state, the `2_Dense_768` projection (1024 -> 768), L2 normalisation; max length 512, no prompt."""
+hidden state, the `2_Dense_768` projection (1024 -> 768), L2 normalisation; max length 512, no prompt.
 
+Stella runs on `Alibaba-NLP/new-impl`'s remote code (`NewConfig` / `NewModel`), written for transformers 4. Under
+transformers 5 [`load_text_model`] makes it run as it did there: without xformers it takes the padded attention path
+(Stella's card: `use_memory_efficient_attention=False, unpad_inputs=False`; the same features), it rebuilds the
+non-persistent buffers (position ids, RoPE caches) that transformers 5's meta-device loading leaves uninitialised,
+and it gives the model transformers 4's `get_extended_attention_mask`, which transformers 5 removed.
+"""
+
+import importlib.util
 import json
+import logging
+import types
 from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from ..inputs import ImageInput
 from .base import EMPTY_TEXT, check_batch_size, replace_empty
 
+logger = logging.getLogger(__name__)
+
 STELLA_MAX_LENGTH = 512
+
+
+def extended_attention_mask(self, attention_mask: torch.Tensor, input_shape=None) -> torch.Tensor:
+    """transformers 4's `ModuleUtilsMixin.get_extended_attention_mask` for encoders: a `[B, T]` (or `[B, T, T]`) mask
+    of 1s and 0s -> an additive bias, 0 where attended and the dtype's minimum where masked."""
+    extended = attention_mask[:, None, None, :] if attention_mask.dim() == 2 else attention_mask[:, None, :, :]
+    extended = extended.to(dtype=self.dtype)
+    return (1.0 - extended) * torch.finfo(self.dtype).min
+
+
+def load_text_model(path: str, device: str | None = None) -> nn.Module:
+    """`AutoModel.from_pretrained(path, trust_remote_code=True)` in fp32, with the transformers-5 fixes for remote
+    code written for transformers 4 (see the module docstring); native transformers models load unchanged."""
+    config = AutoConfig.from_pretrained(path, trust_remote_code=True)
+    if getattr(config, "use_memory_efficient_attention", False) and importlib.util.find_spec("xformers") is None:
+        logger.info("%s: xformers is not installed: running the padded attention (the same features)", path)
+        config.use_memory_efficient_attention = False
+        config.unpad_inputs = False
+    model = AutoModel.from_pretrained(path, config=config, trust_remote_code=True, dtype=torch.float32)
+    if type(model).__module__.startswith("transformers_modules"):
+        # Built by its own __init__, the model computes its non-persistent buffers; the weights are the loaded ones.
+        rebuilt = type(model)(model.config)
+        rebuilt.load_state_dict(model.state_dict(), strict=True)
+        model = rebuilt
+        if not hasattr(model, "get_extended_attention_mask"):
+            model.get_extended_attention_mask = types.MethodType(extended_attention_mask, model)
+    return model.to(device or "cpu")
 
 
 def load_dense_projection(path: str, subfolder: str) -> nn.Linear:
@@ -82,7 +121,7 @@ class StellaEncoder:
         projection_subfolder: str = "2_Dense_768",
         empty_text: str | None = EMPTY_TEXT,
     ) -> "StellaEncoder":
-        model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=torch.float32).to(device or "cpu")
+        model = load_text_model(path, device)
         projection = load_dense_projection(path, projection_subfolder).to(device or "cpu")
         return cls(model, AutoTokenizer.from_pretrained(path), projection, name, empty_text)
 

@@ -2,16 +2,13 @@
 
 from pathlib import Path
 
-from ..modeling_pacs import make_world_readable
+from ..hub import save_remote_code_model
 from ..modeling_pearl import PearlModel
 
 
 def save_pearl(model: PearlModel, directory: str | Path) -> None:
     """Save config, weights and remote code (`AutoModel.from_pretrained(dir, trust_remote_code=True)`), mode 0644."""
-    type(model.config).register_for_auto_class()
-    type(model).register_for_auto_class("AutoModel")
-    model.save_pretrained(directory)
-    make_world_readable(Path(directory))
+    save_remote_code_model(model, directory)
 
 
 __all__ = ["save_pearl"]

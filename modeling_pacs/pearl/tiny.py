@@ -1,9 +1,10 @@
 """Tiny random Pearl models with tiny real-architecture encoders, built in code (tests, offline smoke runs only).
 
 The encoders are the real transformers classes at width 32: PAC-S++ (the engine's tiny model), BLIP-2 (vision + Q-Former
-with ITM projections) and a Stella stand-in. Stella's real class ("new" architecture) is Hub remote code that cannot be
-had offline, so the stand-in is a tiny BERT encoder with the same interface (AutoModel -> last_hidden_state) and a real
-sentence-transformers `2_Dense_768` folder. All scores of these models are meaningless.
+with ITM projections) and a Stella stand-in. Stella's real class ("new" architecture, `Alibaba-NLP/new-impl`) is Hub
+remote code that this repository does not carry, so the stand-in is a tiny BERT encoder with the same interface
+(AutoModel -> last_hidden_state) and a real sentence-transformers `2_Dense_768` folder; tests/test_stella_remote_code.py
+runs the encoder on the real class where its code is at hand. All scores of these models are meaningless.
 """
 
 import json

@@ -1,18 +1,22 @@
 """Training Pearl on cached features (SPEC-pearl §5, A4, A11, A12, A16): a `Trainer` with Pearl's recipe.
 
-Rows (from `pearl.data`) -> [`PearlDataCollator`] (features from the [`FeatureCache`], references capped at
+Rows (from `supervised.data`) -> [`PearlDataCollator`] (features from the [`FeatureCache`], references capped at
 `max_refs`, mixed reference-free / reference-based batches) -> `PearlModel` (summed Huber loss, the reference term
 only for rows with references) -> [`PearlTrainer`] (Adam 1e-5, batch 16, 1000 warm-up steps then linear decay,
 gradient clipping 1.0, early stopping on validation Kendall tau-c with patience 1, best checkpoint kept).
 """
 
-import math
-
-import numpy as np
 import torch
-from transformers import EarlyStoppingCallback, Trainer, TrainingArguments
+from transformers import TrainingArguments
 
 from ..modeling_pearl import PearlModel
+from ..supervised import (
+    PEARL_EARLY_STOPPING,
+    SupervisedMetricTrainer,
+    correlation_metrics,
+    early_stopping_callback,
+    supervised_training_arguments,
+)
 from .features import FeatureCache, assemble_batch
 
 # SPEC-pearl §5 (App. C; configs/xlmr/base/da-estimator-base.yaml).
@@ -30,15 +34,10 @@ PEARL_RECIPE = {
     "adam_beta2": 0.999,
     "adam_epsilon": 1e-8,
     "seed": 12,
-    "eval_strategy": "epoch",
-    "save_strategy": "epoch",
-    "load_best_model_at_end": True,
-    "metric_for_best_model": "kendall_c",
-    "greater_is_better": True,
-    "remove_unused_columns": False,
     "report_to": [],
 }
-EARLY_STOPPING_PATIENCE = 1
+# Validation metrics as Pearl's evaluation reports them: 100 x Kendall tau-c and tau-b (SPEC-pearl §7).
+PEARL_METRICS = {"kendall_c": "kendall_c", "kendall_b": "kendall_b"}
 
 
 class PearlDataCollator:
@@ -70,21 +69,12 @@ class PearlDataCollator:
         return batch
 
 
-def kendall_tau(predictions: np.ndarray, human: np.ndarray, variant: str) -> float:
-    """100 x scipy's Kendall tau (`variant` "b" or "c"), as Pearl's evaluation reports it; NaN-free (0 if undefined)."""
-    from scipy.stats import kendalltau
-
-    value = kendalltau(predictions, human, variant=variant).statistic
-    return 0.0 if value is None or not math.isfinite(value) else 100.0 * float(value)
-
-
 def compute_pearl_metrics(evaluation) -> dict:
-    predictions = np.asarray(evaluation.predictions).reshape(-1)
-    labels = np.asarray(evaluation.label_ids).reshape(-1)
-    return {"kendall_c": kendall_tau(predictions, labels, "c"), "kendall_b": kendall_tau(predictions, labels, "b")}
+    """`Trainer(compute_metrics=...)`: 100 x Kendall tau-c and tau-b of the fused scores (0 where undefined)."""
+    return correlation_metrics(evaluation.predictions, evaluation.label_ids, PEARL_METRICS, scale=100.0)
 
 
-class PearlTrainer(Trainer):
+class PearlTrainer(SupervisedMetricTrainer):
     """`Trainer` for Pearl: evaluation predicts the fused score (Eq. 3), the quantity early stopping monitors.
 
     Example:
@@ -97,33 +87,27 @@ class PearlTrainer(Trainer):
     ```
     """
 
+    target_key = "labels"
+
     def __init__(self, *args, early_stopping: bool = True, **kwargs):
         kwargs.setdefault("compute_metrics", compute_pearl_metrics)
         super().__init__(*args, **kwargs)
         if early_stopping:
-            self.add_callback(EarlyStoppingCallback(early_stopping_patience=EARLY_STOPPING_PATIENCE))
+            self.add_callback(early_stopping_callback(PEARL_EARLY_STOPPING)[0])
 
     def floating_point_ops(self, inputs: dict) -> int:
         # The inputs are dicts of feature tensors: count 6 x parameters per item, as Trainer does for token models.
         return 6 * len(inputs["labels"]) * self.model.num_parameters()
 
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
-        with torch.no_grad():
-            output = model(**inputs)
-        loss = output.loss.detach() if output.loss is not None else None
-        return loss, output.score.detach(), inputs.get("labels")
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        # The model's summed Huber loss (reference term only for rows with references) on the fused score (Eq. 3).
+        output = model(**inputs)
+        return (output.loss, output.score) if return_outputs else output.loss
 
 
 def pearl_training_arguments(output_dir: str, **overrides) -> TrainingArguments:
     """Pearl's recipe as `TrainingArguments`; `overrides` replace fields (e.g. `warmup_steps=2` for a smoke run)."""
-    settings = {**PEARL_RECIPE, **overrides}
-    for field in ("learning_rate", "per_device_train_batch_size", "num_train_epochs"):
-        if not settings[field] > 0:
-            raise ValueError(f"{field} must be > 0, got {settings[field]!r}")
-    if settings["warmup_steps"] < 0 or not settings["max_grad_norm"] > 0:
-        raise ValueError("warmup_steps must be >= 0 and max_grad_norm > 0")
-    return TrainingArguments(output_dir=output_dir, **settings)
+    return supervised_training_arguments(output_dir, PEARL_RECIPE, PEARL_EARLY_STOPPING[0], **overrides)
 
 
 def new_pearl_model(config) -> PearlModel:
@@ -140,8 +124,8 @@ __all__ = [
     "PEARL_RECIPE",
     "PearlDataCollator",
     "PearlTrainer",
+    "PEARL_METRICS",
     "compute_pearl_metrics",
-    "kendall_tau",
     "new_pearl_model",
     "pearl_training_arguments",
 ]

@@ -8,7 +8,7 @@ import torch
 from transformers import RobertaConfig, RobertaTokenizer
 
 from ..configuration_polos import PolosConfig
-from ..modeling_pacs import make_world_readable
+from ..hub import save_remote_code_model
 from ..modeling_polos import PolosModel
 from ..tiny import build_clip_tokenizer, tiny_clip_config
 
@@ -112,10 +112,7 @@ def make_tiny_polos_model(
 def save_polos_hub_ready(model: PolosModel, output_dir: str | Path):
     """Save a Polos directory that `AutoModel.from_pretrained(dir, trust_remote_code=True)` loads in a fresh
     process: config with `auto_map`, the remote code, safetensors weights and both tokenizers."""
-    type(model.config).register_for_auto_class()
-    type(model).register_for_auto_class("AutoModel")
-    model.save_pretrained(output_dir)
-    make_world_readable(Path(output_dir))
+    save_remote_code_model(model, output_dir)
 
 
 __all__ = ["build_tiny_roberta_tokenizer", "make_tiny_polos_model", "save_polos_hub_ready", "tiny_roberta_config"]

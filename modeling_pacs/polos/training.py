@@ -22,8 +22,6 @@ Example:
 ```
 """
 
-import ast
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -34,93 +32,30 @@ from ..inputs import image_key
 from ..modeling_polos import PolosModel, cut_references_to_chunks
 from ..scoring import max_by_owner
 from ..supervised import (
-    RowError,
     SupervisedMetricTrainer,
-    check_target,
     compute_regression_metrics,
     early_stopping_callback,
-    row_error,
+    supervised_training_arguments,
 )
+from ..supervised.data import read_rows
 
-CSV_COLUMNS = ("mt", "refs", "score", "imgid")
-PARQUET_COLUMNS = ("cand", "refs", "img", "human_score")
 NORMALIZATIONS = ("official", "per_item")
 
 
 # ---------------------------------------------------------------------------------------------------- data
-def check_references(value: Any, source: str, row: int, column: str = "refs") -> list[str]:
-    """A non-empty list of strings (a Python-literal string in the CSVs, parsed without `eval`)."""
-    if isinstance(value, str):
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            raise row_error(source, row, column, f"{value[:60]!r} is not a Python list literal") from None
-    if not isinstance(value, (list, tuple)) or not value:
-        raise row_error(source, row, column, f"expected a non-empty list of reference strings, got {value!r}")
-    if not all(isinstance(reference, str) for reference in value):
-        raise row_error(source, row, column, "every reference must be a string")
-    return list(value)
-
-
 def read_polaris_csv(path: str | Path, image_root: str | Path | None = None) -> list[dict]:
     """Rows of an original Polaris CSV: `image` (path under `image_root`, default `images/` beside the CSV),
-    `candidate`, `references`, `score` and `row_index`. Malformed rows raise a `RowError` naming row and column."""
+    `candidate`, `references` (at least one), `score` and `row`. Malformed rows raise a `RowError` naming row and
+    column."""
     path = Path(path)
     image_root = Path(image_root) if image_root else path.parent / "images"
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [column for column in CSV_COLUMNS if column not in (reader.fieldnames or [])]
-        if missing:
-            raise RowError(f"{path.name}: missing columns {missing} (a Polaris CSV has {list(CSV_COLUMNS)})")
-        rows = []
-        for index, record in enumerate(reader):
-            image_id = (record["imgid"] or "").strip()
-            if not image_id:
-                raise row_error(path.name, index, "imgid", "empty image id")
-            image = image_root / image_id
-            if not image.is_file():
-                raise row_error(path.name, index, "imgid", f"image '{image}' does not exist")
-            rows.append(
-                {
-                    "image": str(image),
-                    "candidate": str(record["mt"] or ""),  # the official reader casts `mt` to str
-                    "references": check_references(record["refs"], path.name, index),
-                    "score": check_target(record["score"], path.name, index, "score"),
-                    "row_index": index,
-                }
-            )
-    return rows
+    return read_rows(path, "polaris_csv", references_required=True, image_root=image_root)
 
 
 def read_polaris_parquet(path: str | Path) -> list[dict]:
-    """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's."""
-    import pyarrow.parquet as parquet
-
-    path = Path(path)
-    table = parquet.read_table(path)
-    missing = [column for column in PARQUET_COLUMNS if column not in table.column_names]
-    if missing:
-        raise RowError(
-            f"{path.name}: missing columns {missing} (the Polaris parquet layout has {list(PARQUET_COLUMNS)})"
-        )
-    rows = []
-    for index, record in enumerate(table.select(list(PARQUET_COLUMNS)).to_pylist()):
-        image = record["img"]
-        if not isinstance(image, dict) or not (image.get("bytes") or image.get("path")):
-            raise row_error(path.name, index, "img", "expected an image (bytes or path)")
-        candidate = record["cand"]
-        if not isinstance(candidate, str):
-            raise row_error(path.name, index, "cand", f"expected a string, got {candidate!r}")
-        rows.append(
-            {
-                "image": {"bytes": image.get("bytes"), "path": image.get("path")},
-                "candidate": candidate,
-                "references": check_references(record["refs"], path.name, index),
-                "score": check_target(record["human_score"], path.name, index, "human_score"),
-                "row_index": index,
-            }
-        )
-    return rows
+    """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's
+    (images as `{"bytes", "path"}`)."""
+    return read_rows(path, "polaris", references_required=True, image_bytes=True)
 
 
 def read_polaris(path: str | Path, image_root: str | Path | None = None) -> list[dict]:
@@ -141,7 +76,7 @@ class PolarisCollator:
             "images": [row["image"] for row in rows],
             "candidates": [row["candidate"] for row in rows],
             "references": [row["references"] for row in rows],
-            "row_indices": [row["row_index"] for row in rows],
+            "row_indices": [row["row"] for row in rows],
             "targets": torch.tensor([row["score"] for row in rows], dtype=torch.float32),
         }
 
@@ -159,7 +94,7 @@ def polos_training_arguments(
 ) -> tuple[TrainingArguments, Any]:
     """The code's recipe as `TrainingArguments`, and the early-stopping callback of `early_stopping`."""
     callback, metric = early_stopping_callback(early_stopping)
-    settings = {
+    recipe = {
         "per_device_train_batch_size": 64,
         "per_device_eval_batch_size": 64,
         "gradient_accumulation_steps": 4,
@@ -168,19 +103,13 @@ def polos_training_arguments(
         "lr_scheduler_type": "constant",
         "max_grad_norm": 1.0,
         "num_train_epochs": 100,
-        "eval_strategy": "epoch",
-        "save_strategy": "epoch",
         "save_total_limit": 2,
-        "load_best_model_at_end": True,
-        "metric_for_best_model": metric,
-        "greater_is_better": True,
         "seed": 42,
-        "remove_unused_columns": False,
         "report_to": "none",
         "dataloader_pin_memory": False,  # batches are file paths and strings; only the targets are tensors
     }
-    settings.update(overrides)
-    return TrainingArguments(output_dir=str(output_dir), **settings), callback
+    arguments = supervised_training_arguments(output_dir, recipe, metric, zero_learning_rate=True, **overrides)
+    return arguments, callback
 
 
 class PolosTrainer(SupervisedMetricTrainer):

@@ -1,0 +1,227 @@
+"""Rows of human-judgement data for supervised caption metrics (Polos, Pearl): one reader for every layout.
+
+Layouts (SPEC-pearl §6, SPEC-polos §3), each a mapping of the row fields to the file's columns:
+
+| layout | image | candidate | references | score | where |
+|---|---|---|---|---|---|
+| `spica` | `imgid` | `mt` | `refs` | `score` | `spica_{train,val,test}.csv` (Pearl) |
+| `polaris_csv` | `imgid` | `mt` | `refs` | `score` | the original `polaris_{train,val,test}.csv` (Polos) |
+| `nebula` | `file_name` | `mt` | `refs` | `human_score` | `Ka2ukiMatsuda/Nebula` |
+| `polaris` | `img` | `cand` | `refs` | `human_score` | `yuwd/Polaris` on the Hub (parquet) |
+
+Every file (`.csv`, `.jsonl` or `.parquet`) is read into rows `{"row", "image", "candidate", "references", "score"}`
+(`row` counts data rows from 0). A malformed cell raises a [`RowError`] naming the file, the row, the column and the
+fix. Each metric keeps its recipe as arguments: Pearl reads references as optional (`refs == []` or Pearl's
+`"NO REFS!!!"` sentinel: a reference-free row) and keeps image names as keys into its feature cache; Polos needs at
+least one reference per row and resolves image names under an image folder, checking that each file exists.
+
+Example:
+
+```python
+>>> from modeling_pacs.supervised.data import rows_from_records
+>>> record = {"img": "a.jpg", "cand": "a dog", "refs": "['a brown dog']", "human_score": 0.5}
+>>> rows_from_records([record], "polaris", "p")
+[{'row': 0, 'image': 'a.jpg', 'candidate': 'a dog', 'references': ['a brown dog'], 'score': 0.5}]
+```
+"""
+
+import ast
+import csv
+import json
+import logging
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+LAYOUTS = {
+    "spica": {"image": "imgid", "candidate": "mt", "references": "refs", "score": "score"},
+    "polaris_csv": {"image": "imgid", "candidate": "mt", "references": "refs", "score": "score"},
+    "nebula": {"image": "file_name", "candidate": "mt", "references": "refs", "score": "human_score"},
+    "polaris": {"image": "img", "candidate": "cand", "references": "refs", "score": "human_score"},
+}
+# Pearl's code marks reference-free rows with this sentinel; it means the same as `[]`.
+NO_REFS_SENTINEL = "NO REFS!!!"
+FORMATS = (".csv", ".jsonl", ".parquet")
+
+
+class RowError(ValueError):
+    """A training or validation row is malformed; the message names the file, the row and the column."""
+
+
+def row_error(source: str, row: int, column: str, problem: str) -> RowError:
+    return RowError(f"{source}: row {row}, column '{column}': {problem}")
+
+
+def check_target(value: Any, source: str, row: int, column: str, low: float = 0.0, high: float = 1.0) -> float:
+    """A finite float within [low, high], or a `RowError` naming the row and column."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise row_error(source, row, column, f"{value!r} is not a number") from None
+    if not math.isfinite(number) or not low <= number <= high:
+        raise row_error(
+            source, row, column, f"{value!r} is not a finite number in [{low}, {high}] (normalise the scores first)"
+        )
+    return number
+
+
+def check_references(value: Any, source: str, row: int, column: str = "refs", required: bool = True) -> list[str]:
+    """A list of reference strings from a list or a Python-literal / JSON list cell (parsed without `eval`).
+
+    `required=False` (Pearl) reads an empty cell, `[]` or `["NO REFS!!!"]` as a reference-free row; `required=True`
+    (Polos, which has no reference-free mode) needs at least one reference.
+    """
+    none_hint = " or [] for none" if not required else ""
+    if value is None:
+        parsed = []
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = ast.literal_eval(text) if text else []
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise row_error(
+                source,
+                row,
+                column,
+                f"{value[:80]!r} is not a Python list literal: write it as ['a reference', 'another']{none_hint}",
+            ) from None
+    else:
+        parsed = value
+    if not isinstance(parsed, (list, tuple)) or not all(isinstance(reference, str) for reference in parsed):
+        shown = str(value)[:80]
+        raise row_error(source, row, column, f"{shown!r} must be a list of strings, e.g. ['a dog']{none_hint}")
+    references = [reference for reference in parsed if reference != NO_REFS_SENTINEL]
+    if required and not references:
+        problem = f"expected a non-empty list of reference strings, got {value!r}"
+        raise row_error(source, row, column, f"{problem}: this metric has no reference-free mode, drop the row")
+    return references
+
+
+def check_image(value: Any, source: str, row: int, column: str, image_root: Path | None, image_bytes: bool):
+    """An image name (resolved under `image_root`, which must then hold it), or with `image_bytes` an image struct
+    `{"bytes", "path"}` as `datasets` and parquet store it."""
+    if isinstance(value, dict):
+        if image_bytes and (value.get("bytes") or value.get("path")):
+            return {"bytes": value.get("bytes"), "path": value.get("path")}
+        value = value.get("path")
+    if not isinstance(value, str) or not value.strip():
+        wanted = "an image (bytes or path)" if image_bytes else "an image file name"
+        raise row_error(source, row, column, f"expected {wanted}, got {value!r}")
+    if image_root is None:
+        return value
+    image = image_root / value.strip()
+    if not image.is_file():
+        raise row_error(source, row, column, f"image '{image}' does not exist")
+    return str(image)
+
+
+def check_columns(present: Iterable[str], layout: str, source: str, where: str = "") -> None:
+    columns = list(LAYOUTS[layout].values())
+    missing = [column for column in columns if column not in set(present)]
+    if missing:
+        raise RowError(f"{source}: {where}missing columns {missing} (the {layout} layout has {columns})")
+
+
+def rows_from_records(
+    records: Iterable[dict],
+    layout: str,
+    source: str,
+    references_required: bool = False,
+    image_root: str | Path | None = None,
+    image_bytes: bool = False,
+) -> list[dict]:
+    """Map records (dicts: CSV rows, JSON lines, `datasets` or parquet rows) of `layout` to checked rows.
+
+    Args:
+        references_required: every row needs a reference (Polos); by default a row may be reference-free (Pearl).
+        image_root: resolve image names under this folder and check that each file exists (Polos's CSVs).
+        image_bytes: keep image structs (`{"bytes", "path"}`) as they are (Polos decodes them); otherwise an image
+            is a name, the key of Pearl's feature cache.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)}")
+    columns = LAYOUTS[layout]
+    root = Path(image_root) if image_root is not None else None
+    rows = []
+    for row, record in enumerate(records):
+        check_columns(record, layout, source, where=f"row {row}: ")
+        candidate = record[columns["candidate"]]
+        if not isinstance(candidate, str):
+            raise row_error(source, row, columns["candidate"], f"expected a string, got {candidate!r}")
+        rows.append(
+            {
+                "row": row,
+                "image": check_image(record[columns["image"]], source, row, columns["image"], root, image_bytes),
+                "candidate": candidate,
+                "references": check_references(
+                    record[columns["references"]], source, row, columns["references"], references_required
+                ),
+                "score": check_target(record[columns["score"]], source, row, columns["score"]),
+            }
+        )
+    reference_free = sum(1 for row in rows if not row["references"])
+    logger.info("%s: %d rows, %d of them reference-free (refs == [])", source, len(rows), reference_free)
+    return rows
+
+
+def read_records(path: Path, layout: str) -> list[dict]:
+    """The records of a `.csv`, `.jsonl` or `.parquet` file, after checking its columns against `layout`."""
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            check_columns(reader.fieldnames or [], layout, path.name)
+            return list(reader)
+    if suffix == ".jsonl":
+        with path.open(encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    if suffix == ".parquet":
+        import pyarrow.parquet as parquet
+
+        table = parquet.read_table(path)
+        check_columns(table.column_names, layout, path.name)
+        return table.select(list(LAYOUTS[layout].values())).to_pylist()
+    raise ValueError(f"{path}: unsupported format {path.suffix!r} (use one of {list(FORMATS)})")
+
+
+def read_rows(
+    path: str | Path,
+    layout: str = "spica",
+    references_required: bool = False,
+    image_root: str | Path | None = None,
+    image_bytes: bool = False,
+) -> list[dict]:
+    """Read and check a data file of `layout`; the options are [`rows_from_records`]'s."""
+    path = Path(path)
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)}")
+    if not path.is_file():
+        raise FileNotFoundError(f"data file '{path}' does not exist")
+    records = read_records(path, layout)
+    return rows_from_records(records, layout, path.name, references_required, image_root, image_bytes)
+
+
+def split_paths(data_dir: str | Path, layout: str = "spica") -> dict[str, Path]:
+    """`{split: path}` of `<name>_{train,val,test}.csv` that exist in `data_dir` (`spica_train.csv`, ...; the
+    `polaris_csv` layout's files are `polaris_train.csv`, ...)."""
+    data_dir = Path(data_dir)
+    name = layout.removesuffix("_csv")
+    found = {split: data_dir / f"{name}_{split}.csv" for split in ("train", "val", "test")}
+    return {split: path for split, path in found.items() if path.is_file()}
+
+
+__all__ = [
+    "LAYOUTS",
+    "NO_REFS_SENTINEL",
+    "RowError",
+    "check_image",
+    "check_references",
+    "check_target",
+    "read_rows",
+    "row_error",
+    "rows_from_records",
+    "split_paths",
+]
