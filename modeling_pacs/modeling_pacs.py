@@ -23,6 +23,7 @@ from .backbones import (
     image_preprocessor,
 )
 from .configuration_pacs import PACSConfig
+from .fast_clip import FastCLIPEncoders, FastEncoderSlot
 from .inputs import (
     ImageInput,
     check_captions,
@@ -171,6 +172,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         self.tokenizer = None
         # An optional `cache.EmbeddingCache`: when set, encode_texts / encode_images encode only what it lacks.
         self.embedding_cache = None
+        # CLIP towers on CPU in fp32 encode through `fast_clip` (same embeddings, less work); False: transformers'.
+        self.fast_cpu_encoders = True
+        self._fast_encoders = FastEncoderSlot()
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -402,12 +406,16 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         if return_tokens:
             token_embeds = torch.zeros(len(captions), tokens["input_ids"].shape[1], text_embeds.shape[1])
         batches = list(torch.split(order, batch_size))
+        fast = None if return_tokens else self.fast_encoders()
         with torch.inference_mode():
             for batch in self.progress_bar(batches, "encoding texts", len(captions), progress):
                 length = int(lengths[batch].max()) if trim_padding else full_length
                 input_ids = tokens["input_ids"][batch, :length].to(self.device)
                 attention_mask = tokens["attention_mask"][batch, :length].to(self.device)
-                pooled, projected = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens)
+                if fast is not None:
+                    pooled, projected = fast.encode_texts(input_ids), None
+                else:
+                    pooled, projected = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens)
                 text_embeds[batch] = pooled.float().cpu()
                 if return_tokens:
                     token_embeds[batch, :length] = projected.float().cpu()
@@ -454,6 +462,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         num_workers = num_workers or min(8, os.cpu_count() or 1)
         starts = range(0, len(images), batch_size)
         dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
+        fast = self.fast_encoders()
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             batches = [range(start, min(start + batch_size, len(images))) for start in starts]
             loaded = prefetch_batches(pool, lambda i: preprocess(images[i], item_indices[i]), batches)
@@ -461,7 +470,11 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                 indices = range(start, min(start + batch_size, len(images)))
                 pixels = next(loaded)
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
-                embeds[start : start + len(indices)] = encode_image_batch(self.clip, family, pixel_values).float().cpu()
+                if fast is not None:
+                    batch_embeds = fast.encode_images(pixel_values)
+                else:
+                    batch_embeds = encode_image_batch(self.clip, family, pixel_values)
+                embeds[start : start + len(indices)] = batch_embeds.float().cpu()
         return embeds
 
     # ------------------------------------------------------------------------------------------------ scoring
@@ -545,6 +558,15 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             scores=reference_free_score(image_embeds, text_embeds, self.config.w),
             image_text_cosines=cosine_similarity(image_embeds, text_embeds),
         )
+
+    def fast_encoders(self) -> FastCLIPEncoders | None:
+        """The packed fast path of `fast_clip` for this model's current weights, or None where it does not apply
+        (`fast_cpu_encoders=False`, not a CLIP backbone, not fp32 on CPU, an unmerged adapter, training mode).
+        Rebuilt when a weight is replaced or changed in place."""
+        if not self.fast_cpu_encoders or self.clip.training or backbone_family(self.config.backbone_config) != "clip":
+            self._fast_encoders.clear()
+            return None
+        return self._fast_encoders.get(self.clip)
 
     @staticmethod
     def progress_bar(iterable, description: str, num_items: int, progress: bool | None):

@@ -1,0 +1,193 @@
+"""A faster fp32 CPU inference path for CLIP encoders: the same arithmetic as transformers' `CLIPModel`, less work.
+
+The pooled embedding of a CLIP tower reads one position of the last layer (the class token of an image, the
+end-of-text token of a caption). The engine's default CPU path computes it as follows:
+
+- the query, key and value projections of each layer are one matrix product;
+- `quick_gelu(x) = x * sigmoid(1.702 x) = silu(1.702 x) / 1.702`: the 1.702 is folded into the first MLP matrix
+  and its inverse into the second, so the activation is one `silu` fused into the matrix product;
+- the matrices are packed once for oneDNN (`torch.ops.mkldnn._linear_pointwise`, the kernels `torch.compile` uses
+  on CPU), with the bias and the activation fused;
+- the last layer computes its attention query, output projection and MLP for the pooled position only (keys and
+  values still cover every position);
+- texts use the causal mask alone: the end-of-text position never sees the padding after it, so the padding mask
+  changes nothing there.
+
+Embeddings equal transformers' within float rounding (scores within 1e-6, `tests/test_fast_clip.py`). The packed
+matrices are a second copy of the encoders' linear weights (about 490 MB for ViT-B/32, 1.2 GB for ViT-L/14), built
+on the first call and rebuilt when a weight changes. The path serves fp32 on CPU, `quick_gelu` or `gelu` towers with
+plain `nn.Linear` layers (LoRA merged) and no gradients; everything else runs transformers' forward.
+
+Example:
+
+```python
+>>> from modeling_pacs.fast_clip import FastCLIPEncoders
+>>> fast = FastCLIPEncoders.build(clip_model)  # None where the path does not apply
+>>> fast.encode_images(pixel_values).shape
+torch.Size([64, 512])
+```
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .cache import model_weights_stamp
+
+QUICK_GELU_SCALE = 1.702
+# transformers' activation name -> (oneDNN post-op, its algorithm, scale folded into the first MLP matrix)
+ACTIVATIONS = {"quick_gelu": ("swish", "", QUICK_GELU_SCALE), "gelu": ("gelu", "none", 1.0)}
+
+
+def packed_linear_available() -> bool:
+    """True where this torch build has the oneDNN packed linear kernels (x86-64 and aarch64 CPU builds)."""
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+class PackedLinear:
+    """`activation(x @ weight.T + bias)` with the weight packed for oneDNN and the activation fused."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none", algorithm: str = ""):
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), None)
+        self.bias = None if bias is None else bias.detach().contiguous()
+        self.activation, self.algorithm = activation, algorithm
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, self.activation, [], self.algorithm)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class FastLayer:
+    """One `CLIPEncoderLayer` (pre-norm attention and MLP, residuals) on packed matrices."""
+
+    def __init__(self, layer: nn.Module, activation: str):
+        attention, mlp = layer.self_attn, layer.mlp
+        post_op, algorithm, scale = ACTIVATIONS[activation]
+        weight = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
+        bias = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
+        self.qkv = PackedLinear(weight, bias)
+        self.out = PackedLinear(attention.out_proj.weight, attention.out_proj.bias)
+        self.fc1 = PackedLinear(mlp.fc1.weight * scale, mlp.fc1.bias * scale, post_op, algorithm)
+        self.fc2 = PackedLinear(mlp.fc2.weight / scale, mlp.fc2.bias)
+        self.norm1, self.norm2 = layer.layer_norm1, layer.layer_norm2
+        self.heads, self.scale = attention.num_heads, attention.scale
+
+    def __call__(self, hidden: torch.Tensor, causal: bool, pooled: torch.Tensor | None = None) -> torch.Tensor:
+        """`[B, T, D]` -> `[B, T, D]`; with `pooled` (`[B]` positions), only those positions: `[B, 1, D]`."""
+        batch, length, width = hidden.shape
+        qkv = self.qkv(self.norm1(hidden)).view(batch, length, 3, self.heads, width // self.heads)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4)
+        if pooled is None:
+            attended = F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=self.scale)
+            attended = attended.transpose(1, 2).reshape(batch, length, width)
+        else:
+            rows = torch.arange(batch, device=hidden.device)
+            query = query[rows, :, pooled].unsqueeze(2)
+            mask = None
+            if causal:
+                mask = (torch.arange(length, device=hidden.device) <= pooled[:, None])[:, None, None, :]
+            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scale)
+            attended = attended.transpose(1, 2).reshape(batch, 1, width)
+            hidden = hidden[rows, pooled].unsqueeze(1)
+        hidden = hidden + self.out(attended)
+        return hidden + self.fc2(self.fc1(self.norm2(hidden)))
+
+
+def tower_activation(tower: nn.Module) -> str | None:
+    """The tower's activation if the fast path supports it and every layer is plain `nn.Linear`, else None."""
+    activation = getattr(tower.config, "hidden_act", None)
+    if activation not in ACTIVATIONS:
+        return None
+    for layer in tower.encoder.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        linears = (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj, mlp.fc1, mlp.fc2)
+        if any(type(linear) is not nn.Linear or linear.bias is None for linear in linears):
+            return None
+    return activation
+
+
+class FastCLIPEncoders:
+    """Pooled, projected CLIP embeddings on packed matrices, built from a transformers `CLIPModel` (see module doc)."""
+
+    def __init__(self, clip: nn.Module, vision_activation: str, text_activation: str):
+        self.clip = clip
+        with torch.no_grad():
+            self.vision_layers = [FastLayer(layer, vision_activation) for layer in clip.vision_model.encoder.layers]
+            self.text_layers = [FastLayer(layer, text_activation) for layer in clip.text_model.encoder.layers]
+
+    @classmethod
+    def build(cls, clip: nn.Module) -> "FastCLIPEncoders | None":
+        """The fast encoders of `clip`, or None where they do not apply (device, dtype, layers, activation, build)."""
+        if not packed_linear_available() or not hasattr(clip, "visual_projection"):
+            return None
+        parameter = next(clip.parameters())
+        if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+            return None
+        vision, text = tower_activation(clip.vision_model), tower_activation(clip.text_model)
+        if vision is None or text is None:
+            return None
+        return cls(clip, vision, text)
+
+    def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`visual_projection(post_layernorm(class token))`, as `CLIPModel.get_image_features`."""
+        vision = self.clip.vision_model
+        hidden = vision.pre_layrnorm(vision.embeddings(pixel_values))
+        first = torch.zeros(hidden.shape[0], dtype=torch.long, device=hidden.device)
+        hidden = self.run_layers(self.vision_layers, hidden, causal=False, pooled=first)
+        return self.clip.visual_projection(vision.post_layernorm(hidden[:, 0]))
+
+    def encode_texts(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """`text_projection(final_layer_norm(end-of-text token))`, as `CLIPModel.get_text_features`."""
+        text = self.clip.text_model
+        hidden = text.embeddings(input_ids=input_ids)
+        hidden = self.run_layers(self.text_layers, hidden, causal=True, pooled=end_of_text_positions(text, input_ids))
+        return self.clip.text_projection(text.final_layer_norm(hidden[:, 0]))
+
+    @staticmethod
+    def run_layers(layers: list[FastLayer], hidden: torch.Tensor, causal: bool, pooled: torch.Tensor) -> torch.Tensor:
+        for layer in layers[:-1]:
+            hidden = layer(hidden, causal)
+        return layers[-1](hidden, causal, pooled)
+
+
+class FastEncoderSlot:
+    """The fast encoders built for a model's current weights, rebuilt when a weight is replaced or changed in place.
+
+    Copies and pickles of the slot start empty: packed oneDNN tensors cannot be copied (`copy.deepcopy(model)`).
+    """
+
+    def __init__(self):
+        self.stamp: tuple | None = None
+        self.encoders: FastCLIPEncoders | None = None
+
+    def get(self, clip: nn.Module) -> "FastCLIPEncoders | None":
+        stamp = model_weights_stamp(clip)
+        if self.stamp != stamp:
+            self.stamp, self.encoders = stamp, FastCLIPEncoders.build(clip)
+        return self.encoders
+
+    def clear(self):
+        self.stamp = self.encoders = None
+
+    def __deepcopy__(self, memo) -> "FastEncoderSlot":
+        return FastEncoderSlot()
+
+    def __reduce__(self):
+        return (FastEncoderSlot, ())
+
+
+def end_of_text_positions(text_model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The position transformers' `CLIPTextTransformer` pools: the first `eos_token_id` (the largest id for configs
+    with the pre-2023 `eos_token_id == 2`)."""
+    ids = input_ids.to(torch.int)
+    if text_model.eos_token_id == 2:
+        return ids.argmax(dim=-1)
+    return (ids == text_model.eos_token_id).int().argmax(dim=-1)
+
+
+__all__ = ["FastCLIPEncoders", "FastEncoderSlot", "PackedLinear", "end_of_text_positions", "packed_linear_available"]
