@@ -95,7 +95,7 @@ def test_two_processes_train_like_one_process_with_the_same_global_batch(toy_dat
 
 def train_captioner(*argv: str, output_dir: Path, home: Path) -> subprocess.CompletedProcess:
     common = [
-        "--stage", "scst", "--tiny", "--device", "cpu", "--reward", "pac_s_pp", "--reward_model", "tiny",
+        "--stage", "scst", "--device", "cpu", "--reward", "pac_s_pp", "--reward_model", "tiny",
         "--eval_model", "tiny", "--eval_clip_model", "tiny:clip_s", "--batch_size", "1", "--max_steps", "4",
         "--save_steps", "2", "--logging_steps", "1", "--learning_rate", "1e-3", "--max_new_tokens", "5",
         "--num_beams", "3", "--no_reward_cache",
@@ -108,10 +108,11 @@ def train_captioner(*argv: str, output_dir: Path, home: Path) -> subprocess.Comp
 def two_process_run(toy_dataset_dir, tmp_path_factory) -> tuple[Path, Path, str]:
     """An uninterrupted 2-process run of scripts/train_captioner.py: 4 steps, checkpoints at 2 and 4, report."""
     folder = tmp_path_factory.mktemp("two_process_run")
+    tiny_captioner(seed=1).save_pretrained(folder / "init")  # --init: loading must leave the CLIP tower frozen
     features = folder / "features"
     completed = train_captioner(
-        "--dataset", str(toy_dataset_dir), "--feature_cache", str(features), "--test_split", "test",
-        output_dir=folder / "run", home=folder / "hf",
+        "--init", str(folder / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
+        "--test_split", "test", output_dir=folder / "run", home=folder / "hf",
     )  # fmt: skip
     return folder / "run", features, completed.stderr
 
@@ -148,8 +149,8 @@ def test_resumed_two_process_run_continues_identically(two_process_run, toy_data
     resumed = tmp_path / "resumed"
     shutil.copytree(run / "checkpoint-2", resumed / "checkpoint-2")
     train_captioner(
-        "--dataset", str(toy_dataset_dir), "--feature_cache", str(features), "--test_split", "none",
-        "--resume_from_checkpoint", "last", output_dir=resumed, home=tmp_path / "hf",
+        "--init", str(run.parent / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
+        "--test_split", "none", "--resume_from_checkpoint", "last", output_dir=resumed, home=tmp_path / "hf",
     )  # fmt: skip
 
     def after_checkpoint(folder: Path) -> list[tuple[int, float, float]]:
