@@ -14,6 +14,8 @@ import torch
 import torch.distributed
 from safetensors.torch import load_file
 
+import modeling_pacs.tiny
+from modeling_pacs.loading import tiny_model_directory
 from tests import scst_distributed_worker
 from tests.helpers import SCORE_TOLERANCE, assert_scores_close, random_image
 from tests.test_captioner import tiny_captioner
@@ -168,3 +170,18 @@ def test_resumed_two_process_run_continues_identically(two_process_run, toy_data
     assert max_difference(load_file(str(resumed / "final" / "model.safetensors")), final) <= SCORE_TOLERANCE
     halfway = load_file(str(run / "checkpoint-2" / "model.safetensors"))
     assert max_difference(final, halfway) > 100 * SCORE_TOLERANCE  # steps 3 and 4 did move the weights
+
+
+def test_a_half_saved_tiny_model_is_never_published(monkeypatch, tmp_path):
+    # What save_pretrained leaves on a rank other than 0 of a started process group: no config, no weights.
+    def save_like_rank_1(directory, **kwargs):
+        (Path(directory) / "README.md").write_text("card")
+
+    monkeypatch.setenv("PACS_PP_CACHE", str(tmp_path))
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(modeling_pacs.tiny, "make_tiny_model", save_like_rank_1)
+    with pytest.raises(
+        RuntimeError, match="could not be saved on process 1: transformers writes weights only on rank 0"
+    ):
+        tiny_model_directory()
+    assert list(tmp_path.iterdir()) == []
