@@ -91,8 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     reward.add_argument(
         "--no_reward_cache",
         action="store_true",
-        help="score without the embedding cache: slower, but a resumed run repeats an uninterrupted one exactly (a "
-        "cache encodes texts in other batches, which moves rewards by ~1e-7, and Adam can magnify that)",
+        help="score without the embedding cache: slower, but a resumed run repeats an uninterrupted one step for "
+        "step (a cache encodes texts in other batches, which moves rewards by ~1e-7, and Adam can magnify that)",
     )
     reward.add_argument("--eval_model", default=None, help="PAC-S++ model of the report (default: pac_s_pp_vit_b32)")
     reward.add_argument("--eval_clip_model", default=None, help="CLIP-S model of the report (default: clip_s_vit_b32)")

@@ -67,7 +67,9 @@ def max_difference(first: dict[str, torch.Tensor], second: dict[str, torch.Tenso
 def test_two_processes_train_like_one_process_with_the_same_global_batch(toy_dataset_dir, tmp_path):
     # Two processes x 1 image and one process x 2 images, 4 SGD steps (2 epochs): the same images per step, the same
     # rewards for them, and the same weights, since DDP's average of the per-process Eq. 19 losses' gradients is the
-    # gradient of the global batch's loss when each image's baseline is the mean over its own beams.
+    # gradient of the global batch's loss when each image's baseline is the mean over its own beams. The one-process
+    # loss is checked against an independent per-image-baseline computation in test_captioner.py, so equal weights
+    # here also mean that no baseline mixes the beams of images held by different processes.
     train_split = str(toy_dataset_dir / "train")
     worker = REPOSITORY / "tests" / "scst_distributed_worker.py"
     (tmp_path / "two").mkdir()
