@@ -39,7 +39,9 @@ class RowRecordingCollator(CaptioningCollator):
 class RecordingSCSTTrainer(SCSTTrainer):
     """Records, per step, this process's rows and the rewards of their beams."""
 
-    steps: list[dict]
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.steps: list[dict] = []
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         rows = inputs.pop("row_index")
@@ -80,7 +82,6 @@ def run(dataset_dir: str, output_dir: str, per_device_batch_size: int, max_steps
         num_beams=NUM_BEAMS,
         max_new_tokens=5,
     )
-    trainer.steps = []
     trainer.train()
     logged = [entry["reward"] for entry in trainer.state.log_history if "reward" in entry]
     for step, reward in zip(trainer.steps, logged, strict=True):
