@@ -85,6 +85,13 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
             make_tiny_pearl(temporary, seed=TINY_SEED)
         else:
             make_tiny_model(temporary, variant=variant, seed=TINY_SEED, backbone=backbone)
+        if not (temporary / "config.json").is_file():  # never publish a half-saved model into the cache
+            shutil.rmtree(temporary)
+            raise RuntimeError(
+                f"the tiny model {directory.name} could not be saved on process {os.environ.get('RANK', '?')}: "
+                "transformers writes weights only on rank 0 once torch.distributed is initialised; load the tiny "
+                "models before creating TrainingArguments / the process group, or on rank 0 first"
+            )
         try:
             temporary.rename(directory)  # atomic: concurrent builders never see a half-written directory
         except OSError:

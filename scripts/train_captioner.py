@@ -14,7 +14,9 @@ Examples:
     python scripts/train_captioner.py --stage scst --init runs/xe/final --reward ref_pac_s_pp \\
         --reward_model pac_s_pp_vit_b32 --karpathy_json dataset_coco.json --image_root coco/ --output_dir runs/scst
 
-    # several GPUs: torchrun --nproc_per_node 8 scripts/train_captioner.py ... ; continue: --resume_from_checkpoint last
+    # several processes (--batch_size is per process): torchrun --nproc_per_node 8 scripts/train_captioner.py ...
+    # or accelerate launch --multi_gpu --num_processes 8 scripts/train_captioner.py ... (also on CPUs: gloo);
+    # continue: --resume_from_checkpoint last. Rank 0 alone writes checkpoints, final/ and the evaluation report.
 
     # offline smoke run on tiny random models and a `save_to_disk` dataset with `image` and `captions` columns
     python scripts/train_captioner.py --stage scst --tiny --reward_model tiny --dataset toy/ --output_dir runs/toy \\
@@ -86,6 +88,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     reward = parser.add_argument_group("reward (scst) and evaluation")
     reward.add_argument("--reward", choices=REWARD_KINDS, default="pac_s_pp")
     reward.add_argument("--reward_model", default=None, help="alias, Hub id or folder (default by reward)")
+    reward.add_argument(
+        "--no_reward_cache",
+        action="store_true",
+        help="score without the embedding cache: slower, but a resumed run repeats an uninterrupted one step for "
+        "step (a cache encodes texts in other batches, which moves rewards by ~1e-7, and Adam can magnify that)",
+    )
     reward.add_argument("--eval_model", default=None, help="PAC-S++ model of the report (default: pac_s_pp_vit_b32)")
     reward.add_argument("--eval_clip_model", default=None, help="CLIP-S model of the report (default: clip_s_vit_b32)")
     train = parser.add_argument_group("optimisation (defaults: the paper's, per stage)")
@@ -165,12 +173,23 @@ def main(argv: list[str] | None = None) -> int:
         report_to=[],
         seed=args.seed,
         use_cpu=args.device == "cpu",
+        ddp_find_unused_parameters=False,  # every trainable parameter is used at every step
     )
+    logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
+    if training_args.world_size > 1:  # every process has checked output_dir before anything is written into it
+        torch.distributed.barrier()
     if args.feature_cache:
         feature_cache = VisualFeatureCache(args.feature_cache, captioner)
         with training_args.main_process_first(desc="caching visual features"):
             computed = feature_cache.precompute(train_dataset["image"])
         logger.info(f"visual features: {computed} computed, {len(train_dataset) - computed} already cached")
+    reward_model = None
+    if not xe and args.reward != "cider_d":
+        reward_fallback = "clip_s_vit_b32" if "clip_s" in args.reward else "pac_s_pp_vit_b32"
+        # Rank 0 first: it downloads (or, for "tiny", saves: transformers saves weights on rank 0 only) what the
+        # other processes then read.
+        with training_args.main_process_first(desc="loading the reward model"):
+            reward_model = load_model(default_model(args.reward_model, reward_fallback, args.tiny), args.device)
     if xe:
         import datasets
 
@@ -196,10 +215,6 @@ def main(argv: list[str] | None = None) -> int:
             optimizers=(optimizer, scheduler),
         )
     else:
-        reward_fallback = "clip_s_vit_b32" if "clip_s" in args.reward else "pac_s_pp_vit_b32"
-        reward_model = None
-        if args.reward != "cider_d":
-            reward_model = load_model(default_model(args.reward_model, reward_fallback, args.tiny), args.device)
         trainer = SCSTTrainer(
             model=captioner,
             args=training_args,
@@ -207,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             data_collator=CaptioningCollator(
                 tokenizer, captioner.config.vision_config.image_size, "scst", feature_cache
             ),
-            reward_function=make_reward(args.reward, reward_model),
+            reward_function=make_reward(args.reward, reward_model, cache=not args.no_reward_cache),
             tokenizer=tokenizer,
             num_beams=args.num_beams,
             max_new_tokens=args.max_new_tokens,

@@ -87,6 +87,10 @@ def test_save_load_and_generation(tmp_path):
     loaded = AutoModel.from_pretrained(tmp_path / "captioner", dtype=torch.float32).eval()
     assert isinstance(loaded, PACSCaptionerForConditionalGeneration)
     assert torch.equal(loaded.generate(pixel_values=pixel_values, num_beams=5, max_new_tokens=6), beams[::5])
+    # The CLIP tower stays frozen after loading (multi-process training relies on it: DDP waits for every gradient).
+    trainable = {name: parameter.requires_grad for name, parameter in model.named_parameters()}
+    assert {name: parameter.requires_grad for name, parameter in loaded.named_parameters()} == trainable
+    assert not any(trainable[name] for name in trainable if name.startswith("encoder.vision_model."))
     # Generation from precomputed encoder outputs (the feature cache path) gives the same beams.
     features = model.encoder.visual_features(pixel_values)
     from_features = model.generate(

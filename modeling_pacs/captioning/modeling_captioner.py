@@ -151,6 +151,14 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         model.encoder.vision_model.load_state_dict(vision_model.state_dict())
         return model
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> "PACSCaptionerForConditionalGeneration":
+        model = super().from_pretrained(*args, **kwargs)
+        # Loading materialises new parameters, which require gradients: the CLIP tower is frozen again (else DDP
+        # waits for gradients it never gets, and optimizers hold the whole tower).
+        model.encoder.vision_model.requires_grad_(False)
+        return model
+
     def get_encoder(self, modality: str | None = None) -> PACSCaptionerEncoder:
         return self.encoder
 

@@ -124,6 +124,11 @@ class SCSTTrainer(Trainer):
     `references`). `train()` with `resume_from_checkpoint` continues a run: beam search is deterministic and the
     Trainer restores weights, optimizer, scheduler, data order and RNG states.
 
+    Under `torchrun` / `accelerate launch` every process runs beam search on the unwrapped model, the reward and
+    Eq. 19 on its own share of the batch, so an image's baseline is always the mean over its own beams; DDP averages
+    the gradients over processes, which is the gradient of the global batch's loss when every process holds as many
+    images (the default: each gets `per_device_train_batch_size`). The logged reward is the mean over all processes.
+
     Args:
         reward_function: `(completions, images=..., references=...) -> list[float]`, e.g. [`PACSReward`].
         tokenizer: the CLIP tokenizer, to decode generated ids into captions.
@@ -200,8 +205,13 @@ class SCSTTrainer(Trainer):
         return (loss, {"rewards": rewards, "sequences": sequences}) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if self.reward_log and "loss" in logs:
-            logs["reward"] = sum(self.reward_log) / len(self.reward_log)
+        # Every process logs the training loss at the same steps, so the reward is summed over all of them here: the
+        # logged reward is the mean over the global batch, not rank 0's share of it.
+        if "loss" in logs:
+            totals = torch.tensor([sum(self.reward_log), len(self.reward_log)], dtype=torch.float64)
+            totals = self.accelerator.reduce(totals.to(self.args.device), reduction="sum").cpu()
+            if totals[1] > 0:
+                logs["reward"] = float(totals[0] / totals[1])
             self.reward_log = []
         super().log(logs, start_time)
 
