@@ -156,5 +156,8 @@ def test_return_tokens_is_not_chunked(tiny_model, monkeypatch):
     assert features.input_ids.shape[0] == 4 and features.token_embeds.shape[:2] == features.input_ids.shape
     # The pooled path runs fast_clip's packed kernels, return_tokens runs transformers': compared as unit vectors.
     torch.testing.assert_close(
-        F.normalize(features.text_embeds, dim=-1), F.normalize(tiny_model.encode_texts(captions), dim=-1), atol=1e-6, rtol=0
+        F.normalize(features.text_embeds, dim=-1),
+        F.normalize(tiny_model.encode_texts(captions), dim=-1),
+        atol=1e-6,
+        rtol=0,
     )
