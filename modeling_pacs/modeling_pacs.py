@@ -8,6 +8,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -457,12 +458,11 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                 ),
             )
         preprocess = image_preprocessor(self.config.backbone_config)
-        family = backbone_family(self.config.backbone_config)
         embeds = torch.empty(len(images), embedding_dim(self.config.backbone_config))
         num_workers = num_workers or min(8, os.cpu_count() or 1)
         starts = range(0, len(images), batch_size)
         dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
-        fast = self.fast_encoders()
+        encode = self.image_batch_encoder()
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             batches = [range(start, min(start + batch_size, len(images))) for start in starts]
             loaded = prefetch_batches(pool, lambda i: preprocess(images[i], item_indices[i]), batches)
@@ -470,11 +470,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                 indices = range(start, min(start + batch_size, len(images)))
                 pixels = next(loaded)
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
-                if fast is not None:
-                    batch_embeds = fast.encode_images(pixel_values)
-                else:
-                    batch_embeds = encode_image_batch(self.clip, family, pixel_values)
-                embeds[start : start + len(indices)] = batch_embeds.float().cpu()
+                embeds[start : start + len(indices)] = encode(pixel_values).float().cpu()
         return embeds
 
     # ------------------------------------------------------------------------------------------------ scoring
@@ -567,6 +563,14 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             self._fast_encoders.clear()
             return None
         return self._fast_encoders.get(self.clip)
+
+    def image_batch_encoder(self):
+        """`pixel_values [B, 3, H, W] -> [B, projection_dim]` for images and video frames: `fast_clip` where it
+        applies, else transformers' forward."""
+        fast = self.fast_encoders()
+        if fast is not None:
+            return fast.encode_images
+        return partial(encode_image_batch, self.clip, backbone_family(self.config.backbone_config))
 
     @staticmethod
     def progress_bar(iterable, description: str, num_items: int, progress: bool | None):

@@ -17,7 +17,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers.utils import ModelOutput, logging
 
-from .backbones import backbone_family, embedding_dim, encode_image_batch, image_preprocessor
+from .backbones import embedding_dim, image_preprocessor
 from .inputs import check_captions, check_references
 from .scoring import (
     IDFTable,
@@ -169,14 +169,14 @@ class VideoScoringMixin:
         )
         # Each frame goes through the backbone's own image pipeline and encoder, exactly as an image would.
         preprocess = image_preprocessor(self.config.backbone_config)
-        family = backbone_family(self.config.backbone_config)
+        encode = self.image_batch_encoder()
         dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
         num_workers = check_positive_int(num_workers or min(8, os.cpu_count() or 1), "num_workers")
         with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
             for batch in self.progress_bar(batched(frames, batch_size), "encoding video frames", len(videos), progress):
                 pixels = list(pool.map(lambda item: preprocess(item[1], item_indices[item[0]]), batch))
                 pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
-                embeds = encode_image_batch(self.clip, family, pixel_values).float().cpu()
+                embeds = encode(pixel_values).float().cpu()
                 for (position, _), row in zip(batch, embeds):
                     parts[position].append(row[None])
         return [torch.cat(rows) for rows in parts]

@@ -7,7 +7,8 @@ functions; they differ only in how they encode:
 - reference-style (as the official code and most CLIPScore scripts do): every candidate re-encodes its image,
   every text is padded to 77 tokens, unmerged LoRA layers, images decoded on the main thread, fp32;
 - ours (`PACSModel.score`): each distinct image and text encoded once, texts sorted by length and padded to the
-  batch's longest, LoRA merged into the weights, decoding in a thread pool, fp32.
+  batch's longest, LoRA merged into the weights, decoding in a thread pool, fp32; on CPU the encoders run
+  `fast_clip`'s packed oneDNN path (also timed with transformers' forward, `fast_cpu_encoders=False`).
 
 With `--official-dir`, a checkout of the public `aimagelab/pacscore` code is timed too, as the baseline: its
 `models/clip_lora/model.py` (CLIP + custom_loralib, the PAC-S++ model), `clip.tokenize` and
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 import types
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +47,8 @@ import torch
 from PIL import Image
 
 import modeling_pacs
+from modeling_pacs.backbones import backbone_family, encode_image_batch
+from modeling_pacs.fast_clip import PackedLinear, packed_linear_available
 from modeling_pacs.inputs import (
     load_and_preprocess,
     load_image,
@@ -75,6 +79,16 @@ def make_workload(folder: Path, num_images: int, num_candidates: int, num_refere
         for _ in range(num_candidates):
             items.append((str(path), " ".join(rng.choices(WORDS, k=rng.randint(6, 14))), references))
     return items
+
+
+def transformers_forward_scores(model, items):
+    """The engine with `fast_cpu_encoders=False`: transformers' CLIP forward instead of `fast_clip`'s packed path."""
+    model.fast_cpu_encoders = False
+    try:
+        output = model.score([i[0] for i in items], [i[1] for i in items], [i[2] for i in items], progress=False)
+    finally:
+        model.fast_cpu_encoders = True
+    return output.scores, output.ref_scores
 
 
 def reference_style_scores(model, items, batch_size: int = 64):
@@ -254,15 +268,23 @@ def official_scores(official, model, items, device: torch.device, w: float):
     return torch.from_numpy(np.asarray(scores, dtype=np.float64)), torch.from_numpy(ref_scores)
 
 
-def vision_flops_per_image(config) -> float:
+def layer_macs(tokens, width: int, intermediate: int, pooled_last: bool):
+    """Multiply-adds of one pre-norm transformer layer over `tokens` positions; with `pooled_last`, as the engine's
+    last layer runs it (`fast_clip`): keys and values for every position, the rest for the pooled position only."""
+    if not pooled_last:
+        return 4 * tokens * width**2 + 2 * tokens**2 * width + 2 * tokens * width * intermediate
+    return 2 * tokens * width**2 + 2 * width**2 + 2 * tokens * width + 2 * width * intermediate
+
+
+def vision_flops_per_image(config, pooled_last: bool = False) -> float:
     """Multiply-adds x 2 of one ViT forward (patch embedding, attention, MLP) plus the projection."""
     vision = config.vision_config
     width, layers = vision.hidden_size, vision.num_hidden_layers
     patches = (vision.image_size // vision.patch_size) ** 2
     tokens = patches + 1
     macs = patches * width * 3 * vision.patch_size**2
-    per_layer = 4 * tokens * width * width + 2 * tokens * tokens * width + 2 * tokens * width * vision.intermediate_size
-    macs += layers * per_layer + width * config.projection_dim
+    macs += (layers - 1) * layer_macs(tokens, width, vision.intermediate_size, False)
+    macs += layer_macs(tokens, width, vision.intermediate_size, pooled_last) + width * config.projection_dim
     return 2.0 * macs
 
 
@@ -272,26 +294,34 @@ def synchronize(device: torch.device):
 
 
 def matmul_peak_gflops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """Measured dense matmul throughput of this machine in the engine's precision (the achievable peak)."""
+    """Measured dense matmul throughput of this machine in the engine's precision (the achievable peak): the faster of
+    `torch.mm` and, on CPU in fp32, oneDNN's packed linear kernel (the one `fast_clip` runs)."""
     if device.type == "cuda":
         size, repeats = 8192, 50
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
-    torch.mm(a, b)
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        torch.mm(a, b)
-    synchronize(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+    kernels = [partial(torch.mm, a, b)]
+    if device.type == "cpu" and dtype == torch.float32 and packed_linear_available():
+        kernels.append(partial(PackedLinear(b, None), a))
+    best = 0.0
+    for kernel in kernels:
+        kernel()
+        synchronize(device)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            kernel()
+        synchronize(device)
+        best = max(best, 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9)
+    return best
 
 
-def text_flops(config, lengths: torch.Tensor) -> float:
+def text_flops(config, lengths: torch.Tensor, pooled_last: bool = False) -> float:
     """FLOPs of the text encoder on captions of these real lengths (padding excluded) plus the projection."""
     text = config.text_config
     width, lengths = text.hidden_size, lengths.double()
-    per_layer = 4 * lengths * width**2 + 2 * lengths**2 * width + 2 * lengths * width * text.intermediate_size
-    macs = text.num_hidden_layers * per_layer.sum() + len(lengths) * width * config.projection_dim
+    macs = (text.num_hidden_layers - 1) * layer_macs(lengths, width, text.intermediate_size, False).sum()
+    macs += layer_macs(lengths, width, text.intermediate_size, pooled_last).sum()
+    macs += len(lengths) * width * config.projection_dim
     return 2.0 * float(macs)
 
 
@@ -309,19 +339,18 @@ def profile_stages(model, items, device: torch.device, peak: float) -> list[tupl
     pixels = torch.stack([preprocess_image(image, size) for image in decoded])
     rows.append(("preprocessing (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
     pixels = pixels.to(device=device, dtype=model.dtype)
+    fast = model.fast_encoders()  # the engine's packed CPU path where it applies (fast_clip), else transformers'
+    family = backbone_family(model.config.backbone_config)
     with torch.inference_mode():
-        model.clip.vision_model(pixel_values=pixels[:2])  # first-call overhead outside the timing
+        encode = fast.encode_images if fast is not None else partial(encode_image_batch, model.clip, family)
+        encode(pixels[:2])  # first-call overhead outside the timing
         synchronize(device)
         start = time.perf_counter()
-        image_embeds = torch.cat(
-            [
-                model.clip.visual_projection(model.clip.vision_model(pixel_values=batch).pooler_output)
-                for batch in pixels.split(64)
-            ]
-        )
+        image_embeds = torch.cat([encode(batch) for batch in pixels.split(64)])
         synchronize(device)
         seconds = time.perf_counter() - start
-    flops = vision_flops_per_image(model.config.backbone_config) * len(paths) / seconds / 1e9
+    pooled_last = fast is not None
+    flops = vision_flops_per_image(model.config.backbone_config, pooled_last) * len(paths) / seconds / 1e9
     rows.append(("image encoding (batch 64)", seconds, len(paths), "images", flops))
     start = time.perf_counter()
     tokens = model.tokenize(texts)
@@ -329,7 +358,7 @@ def profile_stages(model, items, device: torch.device, peak: float) -> list[tupl
     start = time.perf_counter()
     text_embeds = model.encode_texts(texts, progress=False)
     seconds = time.perf_counter() - start - rows[-1][1]  # encode_texts tokenises first
-    flops = text_flops(model.config.backbone_config, tokens["attention_mask"].sum(dim=1)) / seconds / 1e9
+    flops = text_flops(model.config.backbone_config, tokens["attention_mask"].sum(dim=1), pooled_last) / seconds / 1e9
     rows.append(("text encoding (sorted, batch 256)", seconds, len(texts), "texts", flops))
     index = {text: position for position, text in enumerate(texts)}
     candidates = text_embeds[[index[caption] for _, caption, _ in items]]
@@ -459,6 +488,8 @@ def main():
         )
         timings, results = {}, {}
         pipelines = [("pacs-pp engine", lambda: ours.score(images, candidates, references, progress=False))]
+        if ours.fast_encoders() is not None:
+            pipelines.append(("engine, transformers' fwd", lambda: transformers_forward_scores(ours, items)))
         if not args.no_reference_style:
             pipelines.append(("reference-style pipeline", lambda: reference_style_scores(reference_model, items)))
         if official is not None:
@@ -473,7 +504,7 @@ def main():
 
     output = results["pacs-pp engine"]
     for name, seconds in timings.items():
-        print(f"{name:26s} {seconds:8.2f} s  ({len(items) / seconds:7.1f} items/s)")
+        print(f"{name:28s} {seconds:8.2f} s  ({len(items) / seconds:7.1f} items/s)")
     for name in timings:
         if name == "pacs-pp engine":
             continue

@@ -10,14 +10,14 @@ from tests.helpers import random_image
 
 
 class RowCounter:
-    """Counts the rows each tower encodes, through a forward hook."""
+    """Counts the rows each tower encodes, through a forward hook on its embeddings (every encoder path runs them)."""
 
-    def __init__(self, module):
+    def __init__(self, tower):
         self.rows = 0
-        self.handle = module.register_forward_hook(self.count)
+        self.handle = tower.embeddings.register_forward_hook(self.count)
 
-    def count(self, module, inputs, kwargs_output):
-        self.rows += kwargs_output.pooler_output.shape[0]
+    def count(self, module, inputs, output):
+        self.rows += output.shape[0]
 
     def remove(self):
         self.handle.remove()

@@ -210,8 +210,8 @@ def test_batch_composition_does_not_change_scores(tiny_model, clips):
 def test_identical_videos_are_decoded_and_encoded_once(tiny_model, clips):
     paths, _ = clips
     encoded = []
-    handle = tiny_model.clip.vision_model.register_forward_hook(
-        lambda module, args, kwargs_output: encoded.append(kwargs_output.pooler_output.shape[0])
+    handle = tiny_model.clip.vision_model.embeddings.register_forward_hook(
+        lambda module, args, output: encoded.append(output.shape[0])
     )
     try:
         output = tiny_model.score_videos([paths[0], paths[1], paths[0], str(paths[0])], ["a", "b", "c", "d"])
