@@ -4,7 +4,7 @@
 tokenizer, `2_Dense_768/`).
 
 This repository carries no third-party model code, so the `new-impl` files come from outside: the folder named by
-`PACS_NEW_IMPL_DIR` (e.g. `huggingface-cli download Alibaba-NLP/new-impl configuration.py modeling.py --local-dir D`),
+`PACS_NEW_IMPL_DIR` (e.g. `hf download Alibaba-NLP/new-impl configuration.py modeling.py --local-dir D`),
 or the Hub cache once Stella has been loaded on this machine. Without them the test is skipped and says why.
 """
 
@@ -73,7 +73,7 @@ def tiny_stella_directory(tmp_path_factory):
     if code is None or not all((code / name).is_file() for name in NEW_IMPL_FILES):
         pytest.skip(
             "Alibaba-NLP/new-impl's configuration.py and modeling.py are not here: set PACS_NEW_IMPL_DIR to a folder "
-            "holding them (huggingface-cli download Alibaba-NLP/new-impl configuration.py modeling.py --local-dir D)"
+            "holding them (hf download Alibaba-NLP/new-impl configuration.py modeling.py --local-dir D)"
         )
     directory = tmp_path_factory.mktemp("stella_remote")
     for name in NEW_IMPL_FILES:

@@ -10,9 +10,9 @@ import torch
 from PIL import Image
 
 from modeling_pacs.video import VideoFile, sample_frame_indices
+from tests.emscore_reference import idf_lookup, idf_table, reference_components, video_components
 from tests.helpers import assert_scores_close
-from tests.original_clip import build_original_clip, original_preprocess, original_tokenize
-from tests.test_video_scoring import numpy_idf, numpy_reference, numpy_video
+from tests.original_clip import build_original_clip, original_preprocess, original_simple_tokenizer, original_tokenize
 
 CAPTIONS = ["a man rides a bike down a hill", "two dogs play in the snow", "a cooking show"]
 REFERENCES = [
@@ -20,6 +20,10 @@ REFERENCES = [
     ["dogs playing outside in winter"],
     ["someone cooks pasta", "a chef in a kitchen", "a person cycling downhill"],
 ]
+
+
+def end_of_text_id() -> int:
+    return original_simple_tokenizer().encoder["<|endoftext|>"]
 
 
 def random_frames(count: int, seed: int, size: tuple[int, int] = (64, 48)) -> list[np.ndarray]:
@@ -127,21 +131,21 @@ def test_scores_equal_numpy_emscore_on_original_clip_features(original_and_ours,
 
     flat_references = [r for refs in references for r in refs]
     if idf_mode == "default":
-        table, unseen = numpy_idf([ids[text] for text in flat_references])
+        table, unseen = idf_table([ids[text] for text in flat_references], end_of_text_id())
         idf = True
     elif idf_mode == "corpus":
-        table, unseen = numpy_idf([ids[text] for text in corpus])
+        table, unseen = idf_table([ids[text] for text in corpus], end_of_text_id())
         idf = corpus
     else:
         table, unseen, idf = {}, 1.0, False
 
     def weights(text):
-        return np.array([table.get(token, unseen) for token in ids[text]])
+        return idf_lookup(table, unseen, ids[text])
 
     expected = []
     for item, caption in enumerate(candidates):
-        video = numpy_video(caption_tokens[caption], weights(caption), frame_features[item])
-        reference = numpy_reference(
+        video = video_components(caption_tokens[caption], weights(caption), frame_features[item])
+        reference = reference_components(
             caption_tokens[caption], weights(caption), [(caption_tokens[r], weights(r)) for r in references[item]]
         )
         combined = (np.array(video) + np.array(reference)) / 2
@@ -155,9 +159,9 @@ def test_reference_free_default_idf_uses_the_candidates(original_and_ours, clips
     original, ours = original_and_ours
     paths, frames = clips
     caption_tokens, ids, frame_features = original_video_inputs(original, CAPTIONS, frames)
-    table, unseen = numpy_idf([ids[caption] for caption in CAPTIONS])
+    table, unseen = idf_table([ids[caption] for caption in CAPTIONS], end_of_text_id())
     expected = [
-        numpy_video(caption_tokens[c], np.array([table.get(t, unseen) for t in ids[c]]), frame_features[item])
+        video_components(caption_tokens[c], idf_lookup(table, unseen, ids[c]), frame_features[item])
         for item, c in enumerate(CAPTIONS)
     ]
     output = ours.score_videos(paths, CAPTIONS)

@@ -26,11 +26,12 @@ from tests.emscore_reference import (
     video_components,
 )
 from tests.helpers import assert_scores_close
-from tests.original_clip import original_simple_tokenizer, original_tokenize
+from tests.original_clip import original_tokenize
 from tests.test_video import (
     CAPTIONS,
     REFERENCES,
     as_images,
+    end_of_text_id,
     original_and_ours,  # noqa: F401 (fixture)
     original_token_features,
     original_video_inputs,
@@ -55,10 +56,6 @@ HOW_TO_RUN_EMSCORE = (
     "EMScore's own code is not part of this repository; to compare with it run "
     "`git clone https://github.com/ShiYaya/emscore; PACS_EMSCORE_DIR=$PWD/emscore pytest tests/test_video_emscore.py`"
 )
-
-
-def end_of_text_id() -> int:
-    return original_simple_tokenizer().encoder["<|endoftext|>"]
 
 
 def components(output, item: int) -> list[float]:

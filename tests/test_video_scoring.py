@@ -12,53 +12,11 @@ from modeling_pacs.scoring import (
     reference_video_scores,
     video_scores,
 )
+from tests.emscore_reference import greedy_match, reference_components, unit, video_components
+from tests.emscore_reference import idf_table as numpy_idf_table
 from tests.helpers import assert_scores_close
 
 SOT, EOT, PAD = 49406, 49407, 0
-
-
-# ------------------------------------------------------------------------------------------- NumPy reference
-def numpy_idf(corpus: list[list[int]], context_length: int = 77) -> tuple[dict[int, float], float]:
-    """EMScore's get_idf_dict on 77-padded id lists, then its end-of-text rule (scorer.py), written from scratch."""
-    padded = [ids + [PAD] * (context_length - len(ids)) for ids in corpus]
-    num_docs = len(padded)
-    table = {}
-    for token in {token for ids in padded for token in ids}:
-        df = sum(token in set(ids) for ids in padded)
-        table[token] = math.log((num_docs + 1) / (df + 1))
-    table[max(table)] = float(np.mean(list(table.values())))
-    return table, math.log(num_docs + 1)
-
-
-def unit(rows):
-    rows = np.asarray(rows, dtype=np.float64)
-    return rows / np.linalg.norm(rows, axis=-1, keepdims=True)
-
-
-def numpy_match(tokens, token_weights, targets, target_weights):
-    similarities = unit(tokens) @ unit(targets).T
-    token_weights = np.asarray(token_weights, dtype=np.float64)
-    target_weights = np.asarray(target_weights, dtype=np.float64)
-    precision = float((token_weights / token_weights.sum()) @ similarities.max(axis=1))
-    recall = float((target_weights / target_weights.sum()) @ similarities.max(axis=0))
-    return precision, recall, 2 * precision * recall / (precision + recall)
-
-
-def numpy_video(tokens, token_weights, frames):
-    precision, recall, f = numpy_match(tokens, token_weights, frames, np.ones(len(frames)))
-    video = unit(unit(frames).mean(axis=0))
-    coarse = float(video @ unit(tokens[-1]))
-    return precision, recall, f, coarse, (coarse + f) / 2
-
-
-def numpy_reference(tokens, token_weights, references):
-    """Each component maximised separately over the references (scorer.py), then (coarse + F) / 2."""
-    parts = []
-    for reference_tokens, reference_weights in references:
-        precision, recall, f = numpy_match(tokens, token_weights, reference_tokens, reference_weights)
-        parts.append((precision, recall, f, float(unit(tokens[-1]) @ unit(reference_tokens[-1]))))
-    precision, recall, f, coarse = (max(values) for values in zip(*parts))
-    return precision, recall, f, coarse, (coarse + f) / 2
 
 
 # ------------------------------------------------------------------------------------------- padding helpers
@@ -100,7 +58,7 @@ def test_idf_table_follows_emscore_rules():
         [SOT] + [word_c] * 75 + [EOT],  # exactly 77 tokens: no pad in its set
     ]
     table = idf_table(corpus, end_of_text_id=EOT)
-    expected, unseen = numpy_idf(corpus)
+    expected, unseen = numpy_idf_table(corpus, end_of_text_id=EOT)
     assert sorted(table.weights) == sorted(expected) == sorted([PAD, SOT, EOT, word_a, word_b, word_c])
     for token, value in expected.items():
         assert table.weights[token] == pytest.approx(value, abs=1e-12)
@@ -130,7 +88,7 @@ def test_video_scores_match_numpy(items):
     token_weights, _ = pad(weights)
     frames, frame_mask = pad(videos)
     result = video_scores(tokens, token_mask, token_weights, frames, frame_mask)
-    expected = np.array([numpy_video(*item) for item in zip(captions, weights, videos, strict=True)])
+    expected = np.array([video_components(*item) for item in zip(captions, weights, videos, strict=True)])
     assert_scores_close(components(result), expected)
     # Eq. 11: R is the plain mean over frames of the best token; Eq. 13: (coarse + F) / 2.
     assert_scores_close(result.score, (result.coarse + result.f) / 2)
@@ -153,7 +111,7 @@ def test_batch_independence_with_all_negative_cosines(items):
 
     alone = score([negative_caption], [negative_weights], [negative_video])[0]
     batched = score(captions + [negative_caption], weights + [negative_weights], videos + [negative_video])[-1]
-    expected = numpy_video(negative_caption, negative_weights, negative_video)
+    expected = video_components(negative_caption, negative_weights, negative_video)
     assert max(expected[:4]) < -0.9  # every cosine is negative: P, R, F and coarse all are
     assert_scores_close(alone, expected)
     assert_scores_close(batched, alone)
@@ -166,7 +124,7 @@ def test_zero_idf_sum_falls_back_to_uniform_weights():
     tokens, token_mask = pad([caption])
     frames, frame_mask = pad([video])
     result = video_scores(tokens, token_mask, torch.zeros(1, 4), frames, frame_mask)
-    assert_scores_close(components(result)[0], numpy_video(caption, np.ones(4), video))
+    assert_scores_close(components(result)[0], video_components(caption, np.ones(4), video))
 
 
 # ------------------------------------------------------------------------------------------- references, Eq. 14
@@ -207,14 +165,14 @@ def test_reference_part_maximises_each_component_separately(items):
             item_references.append((reference, np.concatenate([[0.0], rng.uniform(0.1, 2.0, size=length - 1)])))
         references.append(item_references)
     result = reference_video_scores(*reference_inputs(captions, weights, references), num_items=len(captions))
-    expected = np.array([numpy_reference(c, w, r) for c, w, r in zip(captions, weights, references, strict=True)])
+    expected = np.array([reference_components(c, w, r) for c, w, r in zip(captions, weights, references, strict=True)])
     assert_scores_close(components(result), expected)
 
     # The test means something: for some item the best P and the best coarse come from different references.
     def argmax_component(item, component):
         per_reference = [
             (
-                *numpy_match(captions[item], weights[item], *reference),
+                *greedy_match(captions[item], weights[item], *reference),
                 float(unit(captions[item][-1]) @ unit(reference[0][-1])),
             )
             for reference in references[item]
@@ -234,9 +192,9 @@ def test_reference_based_video_score_is_the_mean_of_the_two_parts(items):
     video = video_scores(tokens, token_mask, token_weights, frames, frame_mask)
     reference = reference_video_scores(*reference_inputs(captions, weights, references), num_items=len(captions))
     combined = combined_video_scores(video, reference)
-    video_expected = np.array([numpy_video(*item) for item in zip(captions, weights, videos, strict=True)])
+    video_expected = np.array([video_components(*item) for item in zip(captions, weights, videos, strict=True)])
     reference_expected = np.array(
-        [numpy_reference(c, w, r) for c, w, r in zip(captions, weights, references, strict=True)]
+        [reference_components(c, w, r) for c, w, r in zip(captions, weights, references, strict=True)]
     )
     expected = (video_expected + reference_expected) / 2  # P, R, F, coarse and (Eq. 14) the final score
     assert_scores_close(components(combined), expected)
