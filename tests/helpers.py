@@ -18,6 +18,16 @@ def random_image(seed: int, size: tuple[int, int] = (320, 240), mode: str = "RGB
 SCORE_TOLERANCE = 1e-6
 
 
+def caption_rows(folder, captions: list[list[str]]) -> list[dict]:
+    """Captioning rows `{"image", "captions", "row_index"}`, one random 224x224 PNG written per image into `folder`."""
+    rows = []
+    for index, image_captions in enumerate(captions):
+        path = folder / f"{index}.png"
+        random_image(index, (224, 224)).save(path)
+        rows.append({"image": str(path), "captions": image_captions, "row_index": index})
+    return rows
+
+
 def assert_scores_close(actual, expected, atol: float = SCORE_TOLERANCE, what: str = "scores"):
     """Equal length and every value within `atol` (the fp32 reproducibility tolerance across batches/processes)."""
     actual = np.asarray(actual, dtype=np.float64)

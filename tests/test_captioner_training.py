@@ -19,7 +19,7 @@ from modeling_pacs.captioning.training import (
 from modeling_pacs.inputs import load_and_preprocess
 from modeling_pacs.loading import load_model
 from modeling_pacs.tiny import build_clip_tokenizer
-from tests.helpers import random_image
+from tests.helpers import caption_rows
 from tests.test_captioner import tiny_captioner
 
 CAPTIONS = [["a red dog on grass"], ["a blue cat on a sofa"], ["two birds in the sky"], ["a green car on a road"]]
@@ -33,11 +33,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def toy_dataset(tmp_path_factory):
     folder = tmp_path_factory.mktemp("toy_images")
-    rows = []
-    for index, captions in enumerate(CAPTIONS):
-        path = folder / f"{index}.png"
-        random_image(index, (224, 224)).save(path)
-        rows.append({"image": str(path), "captions": captions, "row_index": index})
+    rows = caption_rows(folder, CAPTIONS)
     return datasets.Dataset.from_list(rows)
 
 

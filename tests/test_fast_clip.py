@@ -20,28 +20,11 @@ EOS = 99
 
 def small_clip(activation: str, eos_token_id: int = EOS, seed: int = 0) -> CLIPModel:
     torch.manual_seed(seed)
-    config = CLIPConfig(
-        text_config=dict(
-            hidden_size=48,
-            intermediate_size=96,
-            num_attention_heads=4,
-            num_hidden_layers=3,
-            vocab_size=100,
-            max_position_embeddings=20,
-            hidden_act=activation,
-            eos_token_id=eos_token_id,
-        ),
-        vision_config=dict(
-            hidden_size=48,
-            intermediate_size=96,
-            num_attention_heads=4,
-            num_hidden_layers=3,
-            image_size=32,
-            patch_size=8,
-            hidden_act=activation,
-        ),
-        projection_dim=24,
+    tower = dict(
+        hidden_size=48, intermediate_size=96, num_attention_heads=4, num_hidden_layers=3, hidden_act=activation
     )
+    text = dict(tower, vocab_size=100, max_position_embeddings=20, eos_token_id=eos_token_id)
+    config = CLIPConfig(text_config=text, vision_config=dict(tower, image_size=32, patch_size=8), projection_dim=24)
     model = CLIPModel(config).eval()
     with torch.no_grad():  # random biases and norms, so every fused term is exercised
         for name, parameter in model.named_parameters():

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 import modeling_pacs.tiny
 from modeling_pacs.loading import tiny_model_directory
 from tests import scst_distributed_worker
-from tests.helpers import SCORE_TOLERANCE, assert_scores_close, random_image
+from tests.helpers import SCORE_TOLERANCE, assert_scores_close, caption_rows
 from tests.test_captioner import tiny_captioner
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -32,11 +32,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def toy_dataset_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("toy_dataset")
-    rows = []
-    for index, captions in enumerate(CAPTIONS):
-        path = folder / f"{index}.png"
-        random_image(index, (224, 224)).save(path)
-        rows.append({"image": str(path), "captions": captions, "row_index": index})
+    rows = caption_rows(folder, CAPTIONS)
     splits = datasets.DatasetDict(train=datasets.Dataset.from_list(rows), test=datasets.Dataset.from_list(rows[:2]))
     splits.save_to_disk(str(folder / "dataset"))
     return folder / "dataset"

@@ -10,7 +10,7 @@ import pytest
 
 from modeling_pacs.captioning.grammar import grammar_measures
 from modeling_pacs.loading import load_model
-from tests.helpers import assert_scores_close, random_image
+from tests.helpers import assert_scores_close, caption_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import train_captioner  # noqa: E402
@@ -21,11 +21,7 @@ CAPTIONS = [["a red dog on grass", "a dog"], ["a blue cat on a sofa"], ["two bir
 @pytest.fixture(scope="module")
 def toy_dataset_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("toy_dataset")
-    rows = []
-    for index, captions in enumerate(CAPTIONS):
-        path = folder / f"{index}.png"
-        random_image(index, (224, 224)).save(path)
-        rows.append({"image": str(path), "captions": captions})
+    rows = caption_rows(folder, CAPTIONS)
     splits = datasets.DatasetDict(train=datasets.Dataset.from_list(rows), test=datasets.Dataset.from_list(rows[:2]))
     splits.save_to_disk(str(folder / "dataset"))
     return folder / "dataset"
