@@ -67,11 +67,12 @@ def check_references(
     references: Sequence[Any],
     num_candidates: int,
     empty_fix: str = "drop the item, or use the reference-free score",
+    allow_empty: bool = False,
 ) -> list[list[str]]:
-    """Validate references: one list of strings (or one string) per candidate, none of them empty.
+    """Validate references: one list of strings (or one string) per candidate.
 
-    `empty_fix` is what the error for an empty list tells the user to do (metrics without a reference-free mode
-    say so).
+    An empty list (or None) is an error naming `empty_fix`, what the user should do (metrics without a
+    reference-free mode say so), unless `allow_empty` (Pearl: that item is scored reference-free).
     """
     if isinstance(references, str):
         raise TypeError("references must be a list with one list of reference strings per candidate")
@@ -85,7 +86,11 @@ def check_references(
     for index, item_references in enumerate(references):
         if isinstance(item_references, str):
             item_references = [item_references]
-        if item_references is None or len(item_references) == 0:
+        if item_references is None and allow_empty:
+            item_references = []
+        if item_references is not None and not isinstance(item_references, (list, tuple)):
+            raise TypeError(f"references of item {index} are {type(item_references).__name__}, expected a list of str")
+        if not allow_empty and (item_references is None or len(item_references) == 0):
             raise ValueError(
                 f"item {index} has an empty reference list: a reference-based score needs at least one reference "
                 f"per item ({empty_fix})"

@@ -123,6 +123,11 @@ def test_length_mismatch(tiny_model, image_folder):
         tiny_model.score(image_folder[:2], ["a", "b"], references=[["x"]])
 
 
+def test_references_that_are_not_lists_are_named(tiny_model, image_folder):
+    with pytest.raises(TypeError, match=r"references of item 1 are int, expected a list of str"):
+        tiny_model.score(image_folder[:2], ["a", "b"], references=[["x"], 7])
+
+
 def test_non_string_caption(tiny_model, image_folder):
     with pytest.raises(TypeError, match=r"candidate 1 is int \(42\), expected a string"):
         tiny_model.score(image_folder[:2], ["a", 42])

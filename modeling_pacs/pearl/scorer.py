@@ -13,39 +13,12 @@ from pathlib import Path
 
 import torch
 
-from ..inputs import ImageInput, check_captions, image_key
+from ..inputs import ImageInput, check_captions, check_references, image_key
 from ..modeling_pacs import PACSScoreOutput, deduplicate, mean_or_nan
 from ..modeling_pearl import PearlModel
 from .features import assemble_batch
 
 logger = logging.getLogger(__name__)
-
-
-def check_pearl_references(references, num_candidates: int) -> list[list[str]]:
-    """One list of strings per candidate (a single string counts as one reference; an empty list means none)."""
-    if isinstance(references, str):
-        raise TypeError("references must be a list with one list of reference strings per candidate")
-    references = list(references)
-    if len(references) != num_candidates:
-        raise ValueError(
-            f"got {len(references)} reference lists for {num_candidates} candidates: pass one per candidate"
-        )
-    checked = []
-    for index, item_references in enumerate(references):
-        if isinstance(item_references, str):
-            item_references = [item_references]
-        if item_references is None:
-            item_references = []
-        if not isinstance(item_references, (list, tuple)):
-            raise TypeError(f"references of item {index} are {type(item_references).__name__}, expected a list of str")
-        for ref_index, reference in enumerate(item_references):
-            if not isinstance(reference, str):
-                raise TypeError(
-                    f"reference {ref_index} of item {index} is {type(reference).__name__} ({reference!r}), expected a "
-                    "string"
-                )
-        checked.append(list(item_references))
-    return checked
 
 
 def cap_references(references: list[list[str]], max_refs: int) -> list[list[str]]:
@@ -183,7 +156,8 @@ class PearlScorer:
                 empty[:10],
             )
         if references is not None:
-            references = cap_references(check_pearl_references(references, len(candidates)), self.config.max_refs)
+            references = check_references(references, len(candidates), allow_empty=True)
+            references = cap_references(references, self.config.max_refs)
         img_scores, scores = self.score_features(self.encode(images, candidates, references))
         output = PACSScoreOutput(scores=img_scores, mean_score=mean_or_nan(img_scores))
         if references is not None:
