@@ -31,8 +31,11 @@ torch.Size([64, 512])
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.utils import logging
 
 from .cache import model_weights_stamp
+
+logger = logging.get_logger(__name__)
 
 QUICK_GELU_SCALE = 1.702
 # transformers' activation name -> (torch function applied after the first MLP matrix, scale folded into that matrix).
@@ -133,7 +136,11 @@ class FastCLIPEncoders:
         vision, text = tower_activation(clip.vision_model), tower_activation(clip.text_model)
         if vision is None or text is None:
             return None
-        return cls(clip, vision, text)
+        try:
+            return cls(clip, vision, text)
+        except RuntimeError as error:  # a oneDNN build that cannot pack these matrices: transformers' forward
+            logger.warning("fast_clip: packing the encoder weights failed (%s); using transformers' forward", error)
+            return None
 
     def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """`visual_projection(post_layernorm(class token))`, as `CLIPModel.get_image_features`."""

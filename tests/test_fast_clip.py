@@ -127,3 +127,15 @@ def test_fast_path_is_used_only_where_it_applies(tiny_model):
 
     model.clip = get_peft_model(model.clip, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
     assert model.fast_encoders() is None  # an unmerged adapter: transformers' forward with PEFT's layers
+
+
+def test_a_packing_failure_falls_back_to_transformers_with_a_warning(monkeypatch, caplog):
+    import modeling_pacs.fast_clip as fast_clip
+
+    def refuse(*args):
+        raise RuntimeError("oneDNN: unsupported ISA")
+
+    monkeypatch.setattr(fast_clip.torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    with caplog.at_level("WARNING"):
+        assert FastCLIPEncoders.build(small_clip("quick_gelu")) is None
+    assert "packing the encoder weights failed (oneDNN: unsupported ISA); using transformers' forward" in caplog.text
