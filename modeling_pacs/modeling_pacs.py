@@ -201,15 +201,10 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         """Wrap a plain transformers CLIP checkpoint (e.g. `openai/clip-vit-base-patch32`): CLIP-S / RefCLIP-S."""
         from transformers import CLIPModel
 
-        hub_kwargs = {
-            key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs
-        }
-        try:
-            clip = CLIPModel.from_pretrained(clip_name_or_path, **kwargs)
-        except OSError as error:
-            if Path(clip_name_or_path).is_dir():
-                raise
-            raise OSError(missing_weights_message(clip_name_or_path)) from error
+        hub_kwargs = hub_download_kwargs(kwargs)
+        clip = load_or_explain(
+            lambda: CLIPModel.from_pretrained(clip_name_or_path, **kwargs), clip_name_or_path, missing_weights_message
+        )
         config = PACSConfig(backbone_config=clip.config, variant=variant, adapter_path=None)
         model = cls(config)
         model.clip = clip
@@ -223,17 +218,13 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         SigLIP 2 one such as `google/siglip2-base-patch16-224`) with SigLIP's own pipelines (`backbones.py`)."""
         from transformers import AutoConfig
 
-        hub_kwargs = {
-            key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only") if key in kwargs
-        }
-        try:
-            backbone_config = AutoConfig.from_pretrained(siglip_name_or_path, **hub_kwargs)
-            backbone_family(backbone_config)  # refuses NaFlex and other backbones before loading any weights
-            siglip = AutoModel.from_pretrained(siglip_name_or_path, **kwargs)
-        except OSError as error:
-            if Path(siglip_name_or_path).is_dir():
-                raise
-            raise OSError(missing_weights_message(siglip_name_or_path)) from error
+        hub_kwargs = hub_download_kwargs(kwargs)
+
+        def load_siglip():
+            backbone_family(AutoConfig.from_pretrained(siglip_name_or_path, **hub_kwargs))  # refuses NaFlex first
+            return AutoModel.from_pretrained(siglip_name_or_path, **kwargs)
+
+        siglip = load_or_explain(load_siglip, siglip_name_or_path, missing_weights_message)
         base_model_id = siglip_name_or_path
         if Path(siglip_name_or_path).is_dir():
             base_model_id = Path(siglip_name_or_path).resolve().name  # never a local path in a published adapter

@@ -160,7 +160,7 @@ def test_bad_array_shape(tiny_model):
     ],
 )
 def test_missing_model_explains_how_to_get_weights(name, expected):
-    for load in (PACSModel.from_pretrained, load_model):
+    for load in (PACSModel.from_pretrained, load_model, PACSModel.from_clip, PACSModel.from_siglip):
         with pytest.raises(OSError) as error:
             load(name)
         message = str(error.value)
