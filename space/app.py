@@ -155,6 +155,12 @@ class ScoringModels:
     clip_s_unavailable_reason: str | None = None
 
 
+def local_model_entry(local_model: str, public: bool) -> str:
+    """How the selector shows the operator's `--model` directory: its path when run locally; on a public Space only
+    its folder's name, so the page never shows a server path."""
+    return f"local model: {Path(local_model).name}" if public else local_model
+
+
 class ModelCache:
     """Loads each selector entry once; concurrent first requests wait for one load instead of loading twice.
 
@@ -166,6 +172,8 @@ class ModelCache:
         self.choices = choices
         self.local_model = local_model
         self.allow_typed_paths = allow_typed_paths
+        # The selector entry of the operator's model: its path locally, its folder's name on a public Space.
+        self.local_entry = local_model_entry(local_model, public=not allow_typed_paths) if local_model else None
         self.loaded: dict[str, ScoringModels] = {}
         # One lock per entry: a slow load (the Hub retrying) never holds up requests for models already loaded.
         self.locks: dict[str, threading.Lock] = {}
@@ -174,6 +182,8 @@ class ModelCache:
     def get(self, choice: str) -> ScoringModels:
         """The models of `choice`: a selector entry or a local model directory."""
         choice = (choice or "").strip()
+        if self.local_model and choice == self.local_entry:
+            choice = self.local_model
         if choice not in self.choices and choice != self.local_model and not self.allow_typed_paths:
             raise gr.Error(
                 f"model '{shown(choice)}' is not one of {sorted(self.choices)}: typed model paths are disabled on a "
@@ -188,6 +198,8 @@ class ModelCache:
             return self.loaded[choice]
 
     def load(self, choice: str) -> ScoringModels:
+        # Messages name the selector entry: on a public Space, the operator's model by its folder's name only.
+        label = self.local_entry if self.local_model and choice == self.local_model else choice
         if choice in self.choices:
             clip_s_name, pac_s_name = self.choices[choice]
             return ScoringModels(
@@ -195,16 +207,16 @@ class ModelCache:
             )
         if not Path(choice).expanduser().is_dir():
             raise gr.Error(
-                f"model '{shown(choice)}' is neither one of {sorted(self.choices)} nor an existing local model "
+                f"model '{shown(label)}' is neither one of {sorted(self.choices)} nor an existing local model "
                 "directory: pick an entry of the list or type the path of a PAC-S++ model directory",
                 title="Unknown model",
             )
-        pac_s = self.load_or_explain(str(Path(choice).expanduser()), choice)
+        pac_s = self.load_or_explain(str(Path(choice).expanduser()), label)
         if pac_s.config.model_type == "pearl":  # a PearlScorer: Pearl-img and Pearl columns, no CLIP-S
             return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason="Pearl models score on their own")
         if getattr(pac_s.config, "variant", None) == "clip_s":
             raise gr.Error(
-                f"'{shown(choice)}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is "
+                f"'{shown(label)}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is "
                 "then computed with the CLIP named by its config's base_model_id)",
                 title="Not a PAC-S++ model",
             )
@@ -603,7 +615,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
     public = "SPACE_ID" in os.environ if public is None else public
     choices = TINY_CHOICES if tiny else HUB_CHOICES
     cache = ModelCache(choices, local_model, allow_typed_paths=not public)
-    selector_entries = ([local_model] if local_model else []) + list(choices)
+    selector_entries = ([cache.local_entry] if local_model else []) + list(choices)
 
     def score_form(image: object, captions_text: object, references_text: object, model: object):
         request = parse_request(image, captions_text, references_text)

@@ -778,6 +778,19 @@ def test_unexpected_errors_show_no_class_message_or_path(app, tmp_path, monkeypa
     assert re.fullmatch(message, raised.value.message)
 
 
+def test_public_space_shows_the_operators_model_by_name_never_by_path(app, space_models):
+    local = space_models["local"]
+    demo = app.build_demo(tiny=True, local_model=local, public=True)
+    page = json.dumps(demo.config)
+    assert "local model: pac-s-pp-seed1" in page
+    assert local not in page and str(space_models["root"]) not in page
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=local, allow_typed_paths=False)
+    assert cache.local_entry == "local model: pac-s-pp-seed1"
+    assert cache.get("local model: pac-s-pp-seed1").clip_s is not None
+    # Run locally, the selector shows the path itself (the operator's own machine).
+    assert app.ModelCache(app.TINY_CHOICES, local_model=local, allow_typed_paths=True).local_entry == local
+
+
 def test_public_space_hides_why_a_local_models_clip_is_missing(app, space_models):
     cache = app.ModelCache(app.TINY_CHOICES, local_model=space_models["orphan"], allow_typed_paths=False)
     models = cache.get(space_models["orphan"])
