@@ -3,38 +3,7 @@
 Not remote code: it may import `diffusers` (the `generate` extra) and `datasets`.
 """
 
-from .generation import (
-    DEFAULT_CAPTIONER,
-    DEFAULT_GENERATOR,
-    SCHEDULERS,
-    BlipCaptioner,
-    GenerationSettings,
-    SourceImage,
-    StableDiffusionGenerator,
-    dataset_images,
-    generate_shard,
-    item_seed,
-    karpathy_images,
-    load_synthetic_dataset,
-    resolve_revision,
-    summarize,
-    write_parquet,
-)
+from . import generation
+from .generation import *  # noqa: F403 (the package re-exports the module's public names)
 
-__all__ = [
-    "DEFAULT_CAPTIONER",
-    "DEFAULT_GENERATOR",
-    "SCHEDULERS",
-    "BlipCaptioner",
-    "GenerationSettings",
-    "SourceImage",
-    "StableDiffusionGenerator",
-    "dataset_images",
-    "generate_shard",
-    "item_seed",
-    "karpathy_images",
-    "load_synthetic_dataset",
-    "resolve_revision",
-    "summarize",
-    "write_parquet",
-]
+__all__ = generation.__all__
