@@ -79,19 +79,8 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     crowdflower_dir, model_dir, model, tmp_path, capsys
 ):
     output = tmp_path / "out"
-    results = run(
-        "--benchmark",
-        "flickr8k_cf",
-        "--data-dir",
-        crowdflower_dir,
-        "--model",
-        model_dir,
-        "--output",
-        output,
-        "--chunk-size",
-        10,
-        "--quiet",
-    )
+    cf_run = ("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output", output)
+    results = run(*cf_run, "--chunk-size", 10, "--quiet")
     (record,) = results["runs"]
     from modeling_pacs.benchmarks import load_benchmark
 
@@ -130,60 +119,21 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     assert "== Flickr8k-CF ==" in console and f"{model_dir}:ref_score w=2.5 float32" in console
 
     # Resume: every chunk is cached, so nothing is encoded again and the table is the same.
-    resumed = run(
-        "--benchmark",
-        "flickr8k_cf",
-        "--data-dir",
-        crowdflower_dir,
-        "--model",
-        model_dir,
-        "--output",
-        output,
-        "--chunk-size",
-        10,
-        "--resume",
-        "--quiet",
-    )
+    resumed = run(*cf_run, "--chunk-size", 10, "--resume", "--quiet")
     assert resumed["runs"][0]["image_encodings"] == 0 and resumed["runs"][0]["text_encodings"] == 0
     assert resumed["benchmarks"]["flickr8k_cf"]["rows"][0]["statistics"] == table["rows"][0]["statistics"]
     # An interrupted run: one chunk missing. Only its 10 items (images 1, 2 and 3) are scored again.
     before = cached_scores(output, "flickr8k_cf", model_dir)
     (output / "cache" / "flickr8k_cf" / model_dir.replace("/", "--") / "shards" / "shard-0000001.jsonl").unlink()
-    partial = run(
-        "--benchmark",
-        "flickr8k_cf",
-        "--data-dir",
-        crowdflower_dir,
-        "--model",
-        model_dir,
-        "--output",
-        output,
-        "--chunk-size",
-        10,
-        "--resume",
-        "--quiet",
-    )
+    partial = run(*cf_run, "--chunk-size", 10, "--resume", "--quiet")
     assert partial["runs"][0]["image_encodings"] == 3
     after = cached_scores(output, "flickr8k_cf", model_dir)
     assert [row["id"] for row in after] == [row["id"] for row in before]  # nothing lost, nothing twice
     assert_scores_close([row["score"] for row in after], [row["score"] for row in before])
     with pytest.raises(SystemExit, match="is not empty: pass --resume"):
-        run("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output", output)
+        run(*cf_run)
     with pytest.raises(SystemExit, match=r"holds shards of a different run \(shard_size: 10 -> 7\)"):
-        run(
-            "--benchmark",
-            "flickr8k_cf",
-            "--data-dir",
-            crowdflower_dir,
-            "--model",
-            model_dir,
-            "--output",
-            output,
-            "--chunk-size",
-            7,
-            "--resume",
-            "--quiet",
-        )
+        run(*cf_run, "--chunk-size", 7, "--resume", "--quiet")
 
     # --scores with the model's own scores gives the same table, with no model loaded.
     scores_file = tmp_path / "own.jsonl"
