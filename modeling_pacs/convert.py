@@ -26,9 +26,7 @@ import math
 import os
 import pickle
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,8 +35,8 @@ from transformers import CLIPConfig
 
 from .configuration_pacs import PACSConfig
 from .model_card import render_model_card
-from .modeling_pacs import PACSModel, make_world_readable
-from .outputs import check_output_directory
+from .modeling_pacs import PACSModel
+from .outputs import check_output_directory, staged_directory
 from .tiny import build_clip_tokenizer, save_hub_ready
 
 LORA_MODES = ("official", "full")
@@ -685,9 +683,7 @@ def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike
     README.md model card), atomically: a crash never leaves a half-written `output_dir`."""
     output_dir = Path(output_dir)
     check_output_directory(output_dir, overwrite=overwrite)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staged_directory(output_dir) as staging:
         save_hub_ready(converted.model, staging)
         card = render_model_card(
             converted.variant.name,
@@ -701,14 +697,6 @@ def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike
             (staging / converted.model.config.adapter_path / "README.md").write_text(
                 adapter_card(converted), encoding="utf-8"
             )
-        staging.chmod(0o755)
-        make_world_readable(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return output_dir
 
 

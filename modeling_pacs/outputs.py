@@ -13,8 +13,13 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from .modeling_pacs import make_world_readable
 
 # The files a saved model directory holds (transformers, PEFT, our remote code, the model card).
 MODEL_DIRECTORY_ENTRIES = re.compile(
@@ -118,6 +123,25 @@ def check_output_file(
     return target
 
 
+@contextmanager
+def staged_directory(output_dir: Path) -> Iterator[Path]:
+    """A staging folder beside `output_dir` to save into; when the block succeeds it is made world-readable (Hub
+    uploads) and renamed into place, replacing `output_dir`: a crash never leaves a half-written `output_dir`.
+    Check the output with [`check_output_directory`] first."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        yield staging
+        staging.chmod(0o755)
+        make_world_readable(staging)
+        if output_dir.exists():
+            shutil.rmtree(output_dir) if output_dir.is_dir() else output_dir.unlink()
+        staging.rename(output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
 def finite_or_none(value):
     """JSON has no NaN or Infinity: non-finite floats become null (recursively through dicts and lists)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -135,6 +159,7 @@ def strict_json(value, **kwargs) -> str:
 
 
 __all__ = [
+    "staged_directory",
     "OutputPathError",
     "check_output_directory",
     "check_output_file",

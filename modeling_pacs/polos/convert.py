@@ -22,9 +22,7 @@ import argparse
 import os
 import pickle
 import re
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -41,9 +39,8 @@ from ..convert import (
     layout_message,
     to_transformers_state_dict,
 )
-from ..modeling_pacs import make_world_readable
 from ..modeling_polos import PolosModel
-from ..outputs import check_output_directory
+from ..outputs import check_output_directory, staged_directory
 from ..tiny import build_clip_tokenizer
 from .tiny import save_polos_hub_ready
 
@@ -401,19 +398,9 @@ def verify_saved_model(model: PolosModel, output_dir: Path):
 
 def write_directory(model: PolosModel, card: str, output_dir: Path):
     """Save into a staging folder renamed into place: a crash never leaves a half-written `output_dir`."""
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staged_directory(output_dir) as staging:
         save_polos_hub_ready(model, staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
-        staging.chmod(0o755)
-        make_world_readable(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir) if output_dir.is_dir() else output_dir.unlink()
-        staging.rename(output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
 
 
 # ---------------------------------------------------------------------------------------------------- command line
