@@ -370,14 +370,20 @@ def check_model(model: object) -> str:
     return model.strip()
 
 
-def parse_request(image: object, captions_text: object, references_text: object) -> ScoreRequest:
-    """Validate the form inputs; every violation is a `gr.Error` the user reads in the page."""
+def parse_texts(captions_text: object, references_text: object) -> tuple[list[str], list[str]]:
+    """The candidate captions (at least one) and references of a form, one per line, within the Space's limits."""
     captions = split_lines(captions_text, "caption")
     if not captions:
         raise gr.Error("enter at least one candidate caption, one per line", title="No captions")
     check_texts(captions, "caption", MAX_CAPTIONS)
     references = split_lines(references_text, "reference")
     check_texts(references, "reference", MAX_REFERENCES)
+    return captions, references
+
+
+def parse_request(image: object, captions_text: object, references_text: object) -> ScoreRequest:
+    """Validate the form inputs; every violation is a `gr.Error` the user reads in the page."""
+    captions, references = parse_texts(captions_text, references_text)
     return ScoreRequest(image=check_image(image), captions=captions, references=references)
 
 
@@ -528,12 +534,7 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
             video, _ = uploaded_path({"path": video})  # only files uploaded to this server, as for images
         except gr.Error:
             raise refused from None
-        captions = split_lines(captions_text, "caption")
-        if not captions:
-            raise gr.Error("enter at least one candidate caption, one per line", title="No captions")
-        check_texts(captions, "caption", MAX_CAPTIONS)
-        references = split_lines(references_text, "reference")
-        check_texts(references, "reference", MAX_REFERENCES)
+        captions, references = parse_texts(captions_text, references_text)
         if not 1 <= int(num_frames) <= MAX_VIDEO_FRAMES:
             raise gr.Error(f"frames must be between 1 and {MAX_VIDEO_FRAMES}", title="Bad frame count")
         try:
