@@ -63,6 +63,16 @@ BPE_VOCAB_PATH = Path(__file__).parent / "assets" / "bpe_simple_vocab_16e6.txt.g
 CLIP_VOCAB_SIZE = 49408
 
 
+# The ViT-B/32 image tower (CLIP's and SigLIP's B/32 share it), for random-weight benchmarks.
+VIT_B32_VISION = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "patch_size": 32,
+}
+
+
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2/CLIP byte -> printable unicode character table (as in `clip/simple_tokenizer.py`)."""
     printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
@@ -218,13 +228,7 @@ def vit_b32_siglip_config(tokenizer: PreTrainedTokenizerBase) -> SiglipConfig:
         "max_position_embeddings": 64,
         "projection_size": 768,  # SigLIP's text head maps to the vision width
     }
-    vision_config = {
-        "hidden_size": 768,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 12,
-        "patch_size": 32,
-    }
+    vision_config = dict(VIT_B32_VISION)
     return SiglipConfig(text_config=text_config, vision_config=vision_config)
 
 
@@ -281,13 +285,7 @@ def tiny_clip_config(
 def vit_b32_clip_config() -> CLIPConfig:
     """CLIP ViT-B/32 geometry (OpenAI), for random-weight benchmarks."""
     text_config = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 8}
-    vision_config = {
-        "hidden_size": 768,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 12,
-        "patch_size": 32,
-    }
+    vision_config = dict(VIT_B32_VISION)
     for tower in (text_config, vision_config):
         tower["hidden_act"] = "quick_gelu"
     text_config.update(
