@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -28,19 +27,7 @@ from modeling_pacs.pearl.tiny import make_tiny_pearl
 from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_speed import make_workload  # noqa: E402
-
-
-def timed(function, repeats: int, warmup: bool = True) -> float:
-    """Best wall time of `repeats` runs, in seconds (after one warm-up run unless `warmup=False`)."""
-    if warmup:
-        function()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - started)
-    return best
+from benchmark_speed import best_time, make_workload  # noqa: E402
 
 
 def head_features(config: PearlConfig, batch: int, num_refs: int) -> dict:
@@ -70,6 +57,9 @@ def main() -> int:
     torch.manual_seed(0)
     figures = {"items": args.items, "references": args.references, "threads": torch.get_num_threads()}
 
+    def milliseconds_per_item(function, num_items: int) -> float:
+        return 1000 * best_time(function, args.repeats, warmup=not args.no_warmup)[0] / num_items
+
     head = PearlModel(PearlConfig()).eval()
     # HadamardNet runs its 1x1-conv MLP on every one of the 768 coordinates of every token: it dominates the head.
     coordinate_macs = sum(
@@ -87,7 +77,7 @@ def main() -> int:
                     head(**features)
 
         batches = -(-args.items // args.batch_size)
-        figures[label] = 1000 * timed(run_head, args.repeats, not args.no_warmup) / (batches * args.batch_size)
+        figures[label] = milliseconds_per_item(run_head, batches * args.batch_size)
 
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
@@ -103,29 +93,17 @@ def main() -> int:
             encoder_specs=tiny.config.encoder_specs,
         )
         scorer = PearlScorer(PearlModel(full_head_config).eval(), tiny.encoders, batch_size=args.batch_size)
-        figures["pearl_end_to_end_tiny_encoders_ms"] = (
-            1000
-            * timed(lambda: scorer.score(images, candidates, references), args.repeats, not args.no_warmup)
-            / len(items)
+        figures["pearl_end_to_end_tiny_encoders_ms"] = milliseconds_per_item(
+            lambda: scorer.score(images, candidates, references), len(items)
         )
         vit_b32 = make_tiny_model(clip_config=vit_b32_clip_config()).eval()
         vit_b32.clip = vit_b32.peft_model.merge_and_unload()  # as PACSModel.from_pretrained does
-        figures["ref_pac_s_pp_vit_b32_ms"] = (
-            1000
-            * timed(
-                lambda: vit_b32.score(images, candidates, references, progress=False), args.repeats, not args.no_warmup
-            )
-            / len(items)
+        figures["ref_pac_s_pp_vit_b32_ms"] = milliseconds_per_item(
+            lambda: vit_b32.score(images, candidates, references, progress=False), len(items)
         )
         tiny_pacs = PACSModel.from_pretrained(tiny_dir / "encoders" / "clip", dtype=torch.float32).eval()
-        figures["ref_pac_s_pp_tiny_ms"] = (
-            1000
-            * timed(
-                lambda: tiny_pacs.score(images, candidates, references, progress=False),
-                args.repeats,
-                not args.no_warmup,
-            )
-            / len(items)
+        figures["ref_pac_s_pp_tiny_ms"] = milliseconds_per_item(
+            lambda: tiny_pacs.score(images, candidates, references, progress=False), len(items)
         )
     for name, value in figures.items():
         print(f"{name:40s} {value:.2f}" if isinstance(value, float) else f"{name:40s} {value}")

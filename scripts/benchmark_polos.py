@@ -13,11 +13,10 @@ Both metrics encode each distinct image and text once. Polos is timed in both mo
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import torch
-from benchmark_speed import WORDS, make_workload
+from benchmark_speed import WORDS, best_time, make_workload
 
 from modeling_pacs.configuration_polos import PolosConfig
 from modeling_pacs.loading import load_model, resolve_device
@@ -48,15 +47,6 @@ def random_ref_pac_s_pp():
     model.clip = model.peft_model.merge_and_unload()
     model._peft_model = None
     return model
-
-
-def timed(function, repeats: int) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def main():
@@ -93,7 +83,7 @@ def main():
                 images, candidates, references, mode="official", batch_size=args.official_batch_size, progress=False
             ),
         }
-        seconds = {name: timed(run, args.repeats)[0] for name, run in runs.items()}
+        seconds = {name: best_time(run, args.repeats)[0] for name, run in runs.items()}
     for name, value in seconds.items():
         print(f"{name:28s} {1000 * value / len(items):8.2f} ms/sample  ({value:.2f} s)")
     print(f"Polos (per_item) / RefPAC-S++: {seconds['Polos (per_item)'] / seconds['RefPAC-S++']:.2f}x")

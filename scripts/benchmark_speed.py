@@ -411,7 +411,10 @@ def measure_peak_rss(num_items: int) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def best_time(function, repeats: int):
+def best_time(function, repeats: int, warmup: bool = False) -> tuple[float, object]:
+    """Best wall time of `repeats` calls (after one untimed call with `warmup`) and the last call's result."""
+    if warmup:
+        function()
     best, result = float("inf"), None
     for _ in range(repeats):
         start = time.perf_counter()

@@ -16,12 +16,12 @@ Two workloads:
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import PIL.Image
 import torch
+from benchmark_speed import best_time
 
 from modeling_pacs.synthetic.generation import BlipCaptioner, GenerationSettings, StableDiffusionGenerator
 from modeling_pacs.synthetic.tiny import make_tiny_blip, make_tiny_stable_diffusion
@@ -49,17 +49,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def timed(function, repeats: int) -> float:
-    """Best wall time of `repeats` calls after one warm-up call (the machine may be shared)."""
-    function()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def tiny_benchmark(args: argparse.Namespace):
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
@@ -85,8 +74,8 @@ def tiny_benchmark(args: argparse.Namespace):
                 batch = captions[start : start + args.batch_size]
                 generator(batch, list(range(start, start + len(batch))))
 
-        caption_seconds = timed(caption_all, args.repeats)
-        image_seconds = timed(generate_all, args.repeats)
+        caption_seconds = best_time(caption_all, args.repeats, warmup=True)[0]
+        image_seconds = best_time(generate_all, args.repeats, warmup=True)[0]
     print(f"torch threads: {torch.get_num_threads()}; {args.items} items, batch {args.batch_size}")
     print(f"tiny BLIP captioning (beam 3, max 20 tokens): {args.items / caption_seconds:.1f} images/s")
     print(
@@ -115,7 +104,7 @@ def sd15_unet_benchmark(args: argparse.Namespace):
             torch.cuda.synchronize()
 
         try:
-            seconds = timed(denoise, args.repeats)
+            seconds = best_time(denoise, args.repeats, warmup=True)[0]
         except torch.cuda.OutOfMemoryError:
             print(f"batch {batch_size}: out of memory")
             torch.cuda.empty_cache()
