@@ -11,21 +11,16 @@ import numpy as np
 import PIL.Image
 import pytest
 import torch
-from transformers import TrainingArguments
 
 from modeling_pacs import PACSModel
 from modeling_pacs.tiny import build_siglip_tokenizer, make_tiny_model, tiny_siglip_config
 from modeling_pacs.training import (
     RECIPES,
-    PACSDataCollator,
-    PACSEncoderForTraining,
-    PACSTrainer,
     pacs_contrastive_loss,
     prepare_model_for_training,
-    prepare_training_dataset,
-    required_columns,
     sigmoid_contrastive_loss,
 )
+from tests.test_training import load_base, make_trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COLORS = ["red", "green", "blue", "yellow"]
@@ -98,38 +93,6 @@ def workspace(tmp_path_factory):
     config = tiny_siglip_config(build_siglip_tokenizer(), image_size=64)
     make_tiny_model(root / "base", variant="clip_s", clip_config=config, backbone="siglip", seed=0)
     return {"root": root, "data": data, "base": root / "base"}
-
-
-def make_trainer(model, recipe: str, data, output_dir, loss_type: str = "info_nce", **overrides) -> PACSTrainer:
-    arguments = dict(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=8,
-        per_device_eval_batch_size=8,
-        learning_rate=5e-3,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        save_strategy="no",
-        seed=0,
-    )
-    arguments.update(overrides)
-    return PACSTrainer(
-        model=PACSEncoderForTraining(model),
-        args=TrainingArguments(**arguments),
-        train_dataset=prepare_training_dataset(data["train"], required_columns()),
-        eval_dataset=prepare_training_dataset(data["validation"], required_columns()),
-        data_collator=PACSDataCollator(model),
-        lambda_v=RECIPES[recipe].lambda_v,
-        lambda_t=RECIPES[recipe].lambda_t,
-        loss_type=loss_type,
-    )
-
-
-def load_base(workspace, recipe: str) -> PACSModel:
-    torch.manual_seed(0)
-    model = PACSModel.from_pretrained(workspace["base"], dtype=torch.float32)
-    return prepare_model_for_training(model, RECIPES[recipe]).train()
 
 
 @pytest.mark.parametrize("loss_type", ["info_nce", "sigmoid"])

@@ -206,7 +206,7 @@ def load_base(workspace, recipe: str) -> PACSModel:
     return prepare_model_for_training(model, RECIPES[recipe]).train()
 
 
-def make_trainer(model, recipe, dataset, output_dir, **overrides) -> PACSTrainer:
+def make_trainer(model, recipe, dataset, output_dir, loss_type: str = "info_nce", **overrides) -> PACSTrainer:
     arguments = dict(
         output_dir=str(output_dir),
         per_device_train_batch_size=8,
@@ -229,6 +229,7 @@ def make_trainer(model, recipe, dataset, output_dir, **overrides) -> PACSTrainer
         data_collator=PACSDataCollator(model),
         lambda_v=RECIPES[recipe].lambda_v,
         lambda_t=RECIPES[recipe].lambda_t,
+        loss_type=loss_type,
     )
 
 
