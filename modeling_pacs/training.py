@@ -14,6 +14,7 @@ adapted text encoder sees the input distribution it is evaluated on.
 
 import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,17 +37,19 @@ from .backbones import (
     multihead_attention_projections,
     projection_modules,
 )
+from .data.synthetic_pairs import SYNTHETIC_CAPTION_COLUMN, SYNTHETIC_IMAGE_COLUMN
+from .jobs import write_text_atomically
 from .modeling_pacs import PACSModel
 
 if TYPE_CHECKING:
     import datasets
 
+    from .data.sources import RowSource
+
 logger = logging.get_logger(__name__)
 
 IMAGE_COLUMN = "image"
 CAPTION_COLUMN = "caption"
-SYNTHETIC_IMAGE_COLUMN = "synthetic_image"
-SYNTHETIC_CAPTION_COLUMN = "synthetic_caption"
 # Added by `add_row_index` so that decoding errors name the dataset row, not the position in the batch.
 ROW_INDEX_COLUMN = "row_index"
 PATCH_EMBEDDING_MODULE = "patch_embedding"
@@ -381,6 +384,8 @@ class PACSDataCollator:
     Images (paths, bytes, PIL, arrays or `datasets.Image` dicts) go through the official preprocessing
     (`modeling_pacs.inputs.load_and_preprocess`); captions through `PACSModel.tokenize`, the scoring-time text
     pipeline (prompt prefix included). Real and synthetic captions are padded together, so they share one length.
+    With `image_sources` (column -> [`RowSource`]), that column holds row numbers and the batch's images are read
+    from the source here, so a training set's image bytes stay on disk until their batch (see `modeling_pacs.data`).
 
     Example:
 
@@ -393,12 +398,19 @@ class PACSDataCollator:
     ```
     """
 
-    def __init__(self, model: PACSModel, use_synthetic_images: bool = True, use_synthetic_captions: bool = True):
+    def __init__(
+        self,
+        model: PACSModel,
+        use_synthetic_images: bool = True,
+        use_synthetic_captions: bool = True,
+        image_sources: "dict[str, RowSource] | None" = None,
+    ):
         self.model = model
         self.image_size = model.config.backbone_config.vision_config.image_size
         self.preprocess = image_preprocessor(model.config.backbone_config)
         self.use_synthetic_images = use_synthetic_images
         self.use_synthetic_captions = use_synthetic_captions
+        self.image_sources = dict(image_sources or {})
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         rows_index = [row.get(ROW_INDEX_COLUMN, position) for position, row in enumerate(rows)]
@@ -408,7 +420,8 @@ class PACSDataCollator:
             check_training_columns(row.keys(), image_columns + caption_columns, "training row")
         batch = {}
         for column in image_columns:
-            pixels = [self.load_image(row[column], index, column) for row, index in zip(rows, rows_index)]
+            images = self.batch_images(rows, rows_index, column)
+            pixels = [self.load_image(image, index, column) for image, index in zip(images, rows_index)]
             batch[column_key(column, "pixel_values")] = torch.stack(pixels)
         captions = []
         for column in caption_columns:
@@ -425,6 +438,21 @@ class PACSDataCollator:
             batch[column_key(column, "input_ids")] = tokens["input_ids"][rows_slice]
             batch[column_key(column, "attention_mask")] = tokens["attention_mask"][rows_slice]
         return batch
+
+    def batch_images(self, rows: list[dict[str, Any]], rows_index: list[int], column: str) -> list[Any]:
+        """The column's images of the batch: as the rows hold them, or read from the column's row source, where the
+        rows hold row numbers (the image bytes of a batch are read here, and only here)."""
+        source = self.image_sources.get(column)
+        if source is None:
+            return [row[column] for row in rows]
+        references = [row[column] for row in rows]
+        for reference, index in zip(references, rows_index):
+            if isinstance(reference, bool) or not isinstance(reference, int):
+                raise TypeError(
+                    f"row {index}, column '{column}': got {reference!r}, expected the row number of its image in "
+                    f"{source} (rows without an image are skipped when the data is prepared)"
+                )
+        return source.take_images(column, references)
 
     def load_image(self, image: Any, row_index: int, column: str) -> torch.Tensor:
         try:
@@ -555,49 +583,118 @@ class StepPatienceEarlyStopping(TrainerCallback, ExportableState):
         }
 
 
-# ----------------------------------------------------------------------------------------------------- COCO
-def load_karpathy_rows(
-    karpathy_json: str | Path, image_root: str | Path, splits: Iterable[str]
-) -> list[dict[str, Any]]:
-    """One row per (image, human caption) of the Karpathy splits: `image` path, `caption`, `cocoid`, `sentid`.
+# ----------------------------------------------------------------------------------------------------- data
+TRAINING_DATA_RECORD = "training_data.json"
 
-    `restval` belongs to the training split (SPEC §3): pass `splits=("train", "restval")`.
+
+@dataclass
+class PreparedTrainingData:
+    """The splits a run trains and validates on, the row sources their image columns refer to, and the digest of
+    each split's rows (a resumed run checks them: the same digest means the same rows, hence the same data order)."""
+
+    train: "datasets.Dataset"
+    validation: "datasets.Dataset | None"
+    image_sources: "dict[str, RowSource]"
+    digests: dict[str, dict[str, Any]]
+
+
+def load_training_data(
+    columns: list[str],
+    data_dir: str | os.PathLike,
+    *,
+    dataset: str | None = None,
+    train_split: str = "train",
+    validation_split: str | None = "validation",
+    karpathy_json: str | None = None,
+    image_root: str | None = None,
+    synthetic_data: str | None = None,
+    max_train_samples: int | None = None,
+    max_eval_samples: int | None = None,
+) -> PreparedTrainingData:
+    """The training data of `scripts/train_pacs.py`, memory-mapped, with no image byte read.
+
+    COCO Karpathy (`karpathy_json` + `image_root` + `synthetic_data`): captions of `train` + `restval` (training) and
+    `val` (validation) joined by key with the synthetic shards ([`modeling_pacs.data.karpathy_training_rows`]); the
+    row tables go to `data_dir`. Or any `datasets` dataset with the columns `image`, `caption`, `synthetic_image`,
+    `synthetic_caption` (`dataset`: a Hub id or a `save_to_disk` folder), memory-mapped by `datasets` itself.
     """
-    splits = set(splits)
-    data = json.loads(Path(karpathy_json).read_text())
-    rows = []
-    for image in data["images"]:
-        if image["split"] not in splits:
-            continue
-        path = str(Path(image_root) / image.get("filepath", "") / image["filename"])
-        for sentence in image["sentences"]:
-            rows.append(
-                {"image": path, "caption": sentence["raw"], "cocoid": image["cocoid"], "sentid": sentence["sentid"]}
-            )
-    return rows
+    from .data import karpathy_training_rows, load_datasets, select_split
+
+    image_sources: dict = {}
+    if karpathy_json:
+        if not (image_root and synthetic_data):
+            raise ValueError("--karpathy_json needs --image_root and --synthetic_data")
+        prepared = karpathy_training_rows(
+            karpathy_json,
+            image_root,
+            synthetic_data,
+            data_dir,
+            use_synthetic_images=SYNTHETIC_IMAGE_COLUMN in columns,
+            use_synthetic_captions=SYNTHETIC_CAPTION_COLUMN in columns,
+        )
+        train, validation = prepared["train"].dataset, prepared["validation"].dataset
+        image_sources = prepared["train"].image_sources
+        digests = {name: {"rows": len(rows.dataset), "sha256": rows.digest} for name, rows in prepared.items()}
+    elif dataset:
+        loaded = load_datasets(dataset)
+        train = select_split(loaded, train_split, dataset)
+        validation = loaded.get(validation_split) if validation_split and train is not loaded else None
+        digests = {
+            name: {"rows": len(split), "fingerprint": split._fingerprint}
+            for name, split in (("train", train), ("validation", validation))
+            if split is not None
+        }
+    else:
+        raise ValueError("give --dataset, or --karpathy_json with --image_root and --synthetic_data")
+    if max_train_samples is not None:
+        train = train.select(range(min(max_train_samples, len(train))))
+        digests["train"]["first_rows"] = len(train)
+    if validation is not None and max_eval_samples is not None:
+        validation = validation.select(range(min(max_eval_samples, len(validation))))
+        digests["validation"]["first_rows"] = len(validation)
+    train = prepare_training_dataset(train, columns, "training dataset")
+    if validation is not None:
+        validation = prepare_training_dataset(validation, columns, "validation dataset")
+    return PreparedTrainingData(train, validation, image_sources, digests)
 
 
-def attach_synthetic_data(
-    rows: list[dict[str, Any]], synthetic_rows: Iterable[dict[str, Any]], synthetic_root: Path
-) -> list[dict[str, Any]]:
-    """Add `synthetic_image` (keyed by `sentid`: one per human caption) and `synthetic_caption` (keyed by `cocoid`:
-    one per image) to Karpathy rows. Relative synthetic image paths are resolved against `synthetic_root`."""
-    images_by_sentence, captions_by_image = {}, {}
-    for synthetic in synthetic_rows:
-        if synthetic.get(SYNTHETIC_IMAGE_COLUMN) is not None and synthetic.get("sentid") is not None:
-            image = synthetic[SYNTHETIC_IMAGE_COLUMN]
-            if isinstance(image, str) and not Path(image).is_absolute():
-                image = str(synthetic_root / image)
-            images_by_sentence[synthetic["sentid"]] = image
-        if synthetic.get(SYNTHETIC_CAPTION_COLUMN) is not None and synthetic.get("cocoid") is not None:
-            captions_by_image[synthetic["cocoid"]] = synthetic[SYNTHETIC_CAPTION_COLUMN]
-    for row in rows:
-        row[SYNTHETIC_IMAGE_COLUMN] = images_by_sentence.get(row["sentid"])
-        row[SYNTHETIC_CAPTION_COLUMN] = captions_by_image.get(row["cocoid"])
-    return rows
+class TrainingDataRecord(TrainerCallback):
+    """Writes the digests of the training rows into every checkpoint, for [`check_resumed_data`]."""
+
+    def __init__(self, digests: dict[str, dict[str, Any]]):
+        self.digests = digests
+
+    def on_save(self, args, state, control, **kwargs):
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and checkpoint.is_dir():
+            write_text_atomically(checkpoint / TRAINING_DATA_RECORD, [json.dumps(self.digests, indent=2) + "\n"])
+
+
+def check_resumed_data(checkpoint: str | os.PathLike, digests: dict[str, dict[str, Any]]):
+    """Refuse to resume from a checkpoint that was trained on other rows: the data order would silently differ.
+
+    A checkpoint written before this record existed is resumed with a log line.
+    """
+    record = Path(checkpoint) / TRAINING_DATA_RECORD
+    if not record.is_file():
+        logger.warning(f"{checkpoint} has no {TRAINING_DATA_RECORD}: the training rows cannot be checked; resuming")
+        return
+    recorded = json.loads(record.read_text(encoding="utf-8"))
+    changed = [name for name in sorted(set(recorded) | set(digests)) if recorded.get(name) != digests.get(name)]
+    if changed:
+        details = "; ".join(f"{name}: {recorded.get(name)} -> {digests.get(name)}" for name in changed)
+        raise ValueError(
+            f"the training data differs from the data {checkpoint} was trained on ({details}): resuming would change "
+            "the rows and their order. Resume with the same data and options (--max_train_samples included), or "
+            "start a new run in another --output_dir"
+        )
 
 
 __all__ = [
+    "PreparedTrainingData",
+    "TrainingDataRecord",
+    "check_resumed_data",
+    "load_training_data",
     "RECIPES",
     "PACSDataCollator",
     "PACSEncoderForTraining",
@@ -605,11 +702,9 @@ __all__ = [
     "PACSTrainer",
     "StepPatienceEarlyStopping",
     "TrainingRecipe",
-    "attach_synthetic_data",
     "check_training_columns",
     "LOSS_TYPES",
     "gather_with_gradient",
-    "load_karpathy_rows",
     "pacs_contrastive_loss",
     "prepare_model_for_training",
     "prepare_training_dataset",

@@ -21,6 +21,7 @@ Examples:
     # independent machines (no shared launcher): machine i of 4, same command otherwise
     python scripts/generate_synthetic.py ... --shard-id i --num-shards 4
     python scripts/generate_synthetic.py --dataset my_captions/ --output-dir synthetic/   # a datasets dataset
+    python scripts/generate_synthetic.py --rewrite-row-groups synthetic/   # shards of earlier versions: 8-row groups
 """
 
 import argparse
@@ -30,11 +31,13 @@ import os
 import time
 from pathlib import Path
 
+from modeling_pacs.data import load_datasets, select_split
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
 from modeling_pacs.outputs import OutputPathError, check_output_directory
 from modeling_pacs.synthetic.generation import (
     DEFAULT_CAPTIONER,
     DEFAULT_GENERATOR,
+    ROW_GROUP_ROWS,
     SCHEDULERS,
     BlipCaptioner,
     GenerationSettings,
@@ -43,6 +46,7 @@ from modeling_pacs.synthetic.generation import (
     generate_shard,
     karpathy_images,
     resolve_revision,
+    rewrite_row_groups,
     summarize,
     write_parquet,
 )
@@ -75,7 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dataset-split", default="train", help="split of a --dataset (default: %(default)s)")
     parser.add_argument("--image-column", default="image")
     parser.add_argument("--caption-column", default="caption")
-    parser.add_argument("--output-dir", type=Path, required=True, help="shards/, manifest.json, summary.json")
+    parser.add_argument("--output-dir", type=Path, help="shards/, manifest.json, summary.json (required)")
+    parser.add_argument(
+        "--rewrite-row-groups",
+        type=Path,
+        metavar="FOLDER",
+        help="only rewrite the parquet shards under FOLDER whose row groups exceed 8 rows (written by earlier "
+        "versions) with 8-row groups, in place and atomically, so training reads them quickly; then exit",
+    )
     captioning = parser.add_argument_group("captions (BLIP)")
     captioning.add_argument("--captioner", default=DEFAULT_CAPTIONER, help="BLIP model id or folder")
     captioning.add_argument("--captioner-revision", help="Hub revision of --captioner")
@@ -113,18 +124,14 @@ def load_sources(args: argparse.Namespace) -> list:
             raise SystemExit(f"--karpathy-json {args.karpathy_json} does not exist")
         if not args.image_root.is_dir():
             raise SystemExit(f"--image-root {args.image_root} is not a folder (it should hold train2014/, val2014/)")
-        return karpathy_images(args.karpathy_json, args.image_root, [s for s in args.splits.split(",") if s])
-    import datasets
-
-    path = Path(args.dataset)
-    if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
-        dataset = datasets.load_from_disk(str(path))
-        if isinstance(dataset, datasets.DatasetDict):
-            if args.dataset_split not in dataset:
-                raise SystemExit(f"{path}: no split '{args.dataset_split}' (splits: {sorted(dataset)})")
-            dataset = dataset[args.dataset_split]
-    else:
-        dataset = datasets.load_dataset(args.dataset, split=args.dataset_split)
+        try:
+            return karpathy_images(args.karpathy_json, args.image_root, [s for s in args.splits.split(",") if s])
+        except ValueError as error:
+            raise SystemExit(str(error)) from None
+    try:
+        dataset = select_split(load_datasets(args.dataset), args.dataset_split, args.dataset)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     return dataset_images(dataset, args.image_column, args.caption_column, args.dataset_split)
 
 
@@ -146,10 +153,25 @@ def run_manifest(args: argparse.Namespace, settings: GenerationSettings) -> dict
     return manifest
 
 
+def rewrite_folder(folder: Path) -> dict:
+    """--rewrite-row-groups: every parquet file under `folder`, one at a time."""
+    files = sorted(folder.glob("**/*.parquet")) if folder.is_dir() else []
+    if not files:
+        raise SystemExit(f"--rewrite-row-groups {folder}: no .parquet files found")
+    rewritten = [file for file in files if rewrite_row_groups(file)]
+    print(f"rewrote {len(rewritten)} of {len(files)} parquet files with row groups of {ROW_GROUP_ROWS} rows")
+    return {"files": len(files), "rewritten": len(rewritten)}
+
+
 def main(argv: list[str] | None = None) -> dict | None:
     """Generate this process's shards; once all are there, check them and write summary.json (returned)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.rewrite_row_groups:
+        return rewrite_folder(args.rewrite_row_groups)
+    if args.output_dir is None:
+        parser.error("the following arguments are required: --output-dir")
     state = launch_state(args.cpu)
     dtype = ("fp16" if state.device.type == "cuda" else "fp32") if args.dtype == "auto" else args.dtype
     if dtype == "fp16" and state.device.type == "cpu":

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from modeling_pacs.cli import resolve_image
+from modeling_pacs.data import is_saved_dataset
 from modeling_pacs.jobs import (
     RowBlock,
     ShardedJob,
@@ -145,7 +146,7 @@ def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
         raise SystemExit(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
     import datasets
 
-    if (source / "dataset_info.json").is_file() or (source / "dataset_dict.json").is_file():
+    if is_saved_dataset(source):
         dataset = datasets.load_from_disk(str(source))
         if isinstance(dataset, datasets.DatasetDict):
             if args.split not in dataset:

@@ -29,6 +29,7 @@ import logging
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import torch
 from transformers import Trainer, TrainingArguments
 
@@ -44,6 +45,7 @@ from modeling_pacs.captioning.training import (
     xe_scheduler,
 )
 from modeling_pacs.cli import write_atomically
+from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.loading import load_model
 from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.tiny import build_clip_tokenizer
@@ -152,9 +154,6 @@ def main(argv: list[str] | None = None) -> int:
             f"output_dir {output_dir} is not empty: continue with --resume_from_checkpoint last, or pass --overwrite"
         )
     xe = args.stage == "xe"
-    train_dataset = load_caption_dataset(
-        args.dataset, args.train_split, args.karpathy_json, args.image_root, args.max_train_samples
-    )
     captioner = build_captioner(args)
     tokenizer = build_clip_tokenizer()
     feature_cache = None
@@ -178,10 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     logger.setLevel(logging.INFO if training_args.should_log else logging.WARNING)
     if training_args.world_size > 1:  # every process has checked output_dir before anything is written into it
         torch.distributed.barrier()
+    data_dir = output_dir / "training-data"  # every process writes the same row tables (atomically)
+    train_rows = load_caption_dataset(
+        args.dataset, args.train_split, args.karpathy_json, args.image_root, args.max_train_samples, data_dir
+    )
+    train_dataset = train_rows.dataset
     if args.feature_cache:
         feature_cache = VisualFeatureCache(args.feature_cache, captioner)
         with training_args.main_process_first(desc="caching visual features"):
-            computed = feature_cache.precompute(train_dataset["image"])
+            computed = feature_cache.precompute(train_rows.images)
         logger.info(f"visual features: {computed} computed, {len(train_dataset) - computed} already cached")
     reward_model = None
     if not xe and args.reward != "cider_d":
@@ -191,10 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         with training_args.main_process_first(desc="loading the reward model"):
             reward_model = load_model(default_model(args.reward_model, reward_fallback, args.tiny), args.device)
     if xe:
-        import datasets
-
-        rows = one_caption_per_row(train_dataset.remove_columns("row_index"))
-        train_dataset = datasets.Dataset.from_list(rows).add_column("row_index", list(range(len(rows))))
+        rows = one_caption_per_row(train_dataset)
+        rows = rows.append_column("row_index", pa.array(range(rows.num_rows), pa.int64()))
+        train_dataset, _ = memory_mapped_rows(rows, data_dir, "captions-xe")
         optimizer = torch.optim.AdamW(
             [parameter for parameter in captioner.parameters() if parameter.requires_grad],
             lr=training_args.learning_rate,
@@ -211,7 +214,13 @@ def main(argv: list[str] | None = None) -> int:
             model=captioner,
             args=training_args,
             train_dataset=train_dataset,
-            data_collator=CaptioningCollator(tokenizer, captioner.config.vision_config.image_size, "xe", feature_cache),
+            data_collator=CaptioningCollator(
+                tokenizer,
+                captioner.config.vision_config.image_size,
+                "xe",
+                feature_cache,
+                image_sources=train_rows.image_sources,
+            ),
             optimizers=(optimizer, scheduler),
         )
     else:
@@ -220,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
             args=training_args,
             train_dataset=train_dataset,
             data_collator=CaptioningCollator(
-                tokenizer, captioner.config.vision_config.image_size, "scst", feature_cache
+                tokenizer,
+                captioner.config.vision_config.image_size,
+                "scst",
+                feature_cache,
+                image_sources=train_rows.image_sources,
             ),
             reward_function=make_reward(args.reward, reward_model, cache=not args.no_reward_cache),
             tokenizer=tokenizer,
@@ -238,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer.save_pretrained(str(final))
     if args.test_split != "none":
         test = load_caption_dataset(
-            args.dataset, args.test_split, args.karpathy_json, args.image_root, args.max_eval_samples
+            args.dataset, args.test_split, args.karpathy_json, args.image_root, args.max_eval_samples, data_dir
         )
         report = evaluate(args, captioner, tokenizer, test, output_dir)
         print(json.dumps(report, indent=2))
@@ -247,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def evaluate(args, captioner, tokenizer, test, output_dir: Path) -> dict:
     """Captions of the test split (best beam) and the report, both written atomically into output_dir."""
-    images = test["image"]
-    references = test["captions"]
+    images = test.images
+    references = test.dataset["captions"]
     captions = generate_captions(
         captioner, tokenizer, images, num_beams=args.num_beams, max_new_tokens=args.max_new_tokens
     )

@@ -25,7 +25,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import datasets
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from modeling_pacs.backbones import backbone_family
@@ -43,10 +42,10 @@ from modeling_pacs.training import (
     PACSEncoderForTraining,
     PACSTrainer,
     StepPatienceEarlyStopping,
-    attach_synthetic_data,
-    load_karpathy_rows,
+    TrainingDataRecord,
+    check_resumed_data,
+    load_training_data,
     prepare_model_for_training,
-    prepare_training_dataset,
     required_columns,
 )
 
@@ -99,65 +98,6 @@ class DataArguments:
     early_stopping_steps: int = field(
         default=1500, metadata={"help": "stop when the validation loss has not improved for this many steps"}
     )
-
-
-def load_dataset_splits(data_args: DataArguments, columns: list[str]):
-    """(train, validation) datasets with at least `columns`; validation may be None."""
-    if data_args.karpathy_json:
-        if not (data_args.image_root and data_args.synthetic_data):
-            raise SystemExit("--karpathy_json needs --image_root and --synthetic_data")
-        synthetic = load_synthetic_rows(Path(data_args.synthetic_data))
-        splits = {"train": ("train", "restval"), "validation": ("val",)}
-        built = {}
-        for name, karpathy_splits in splits.items():
-            rows = load_karpathy_rows(data_args.karpathy_json, data_args.image_root, karpathy_splits)
-            rows = attach_synthetic_data(rows, synthetic, Path(data_args.synthetic_data))
-            complete = [row for row in rows if all(row.get(column) is not None for column in columns)]
-            if len(complete) < len(rows):
-                logger.warning(f"{name}: {len(rows) - len(complete)} of {len(rows)} rows lack synthetic data; skipped")
-            built[name] = datasets.Dataset.from_list(complete)
-        train, validation = built["train"], built["validation"]
-    elif data_args.dataset:
-        path = Path(data_args.dataset)
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            loaded = datasets.load_from_disk(str(path))
-        else:
-            loaded = datasets.load_dataset(data_args.dataset)
-        if isinstance(loaded, datasets.Dataset):
-            train, validation = loaded, None
-        else:
-            if data_args.train_split not in loaded:
-                raise SystemExit(f"split '{data_args.train_split}' not in {list(loaded)}: set --train_split")
-            train = loaded[data_args.train_split]
-            validation = loaded.get(data_args.validation_split) if data_args.validation_split else None
-    else:
-        raise SystemExit("give --dataset, or --karpathy_json with --image_root and --synthetic_data")
-    if data_args.max_train_samples is not None:
-        train = train.select(range(min(data_args.max_train_samples, len(train))))
-    if validation is not None and data_args.max_eval_samples is not None:
-        validation = validation.select(range(min(data_args.max_eval_samples, len(validation))))
-    train = prepare_training_dataset(train, columns, "training dataset")
-    if validation is not None:
-        validation = prepare_training_dataset(validation, columns, "validation dataset")
-    return train, validation
-
-
-def load_synthetic_rows(path: Path) -> list[dict]:
-    """Rows of the synthetic shards (see --synthetic_data), images kept as paths or undecoded bytes."""
-    if (path / "state.json").is_file() or (path / "dataset_dict.json").is_file():
-        shards = datasets.load_from_disk(str(path))
-        if isinstance(shards, datasets.DatasetDict):
-            shards = datasets.concatenate_datasets(list(shards.values()))
-    else:
-        parquet, jsonl = sorted(path.glob("**/*.parquet")), sorted(path.glob("**/*.jsonl"))
-        if not (parquet or jsonl):
-            raise SystemExit(f"--synthetic_data {path}: no save_to_disk dataset, .parquet or .jsonl files found")
-        files = [str(file) for file in (parquet or jsonl)]
-        shards = datasets.load_dataset("parquet" if parquet else "json", data_files=files, split="train")
-    for column, feature in shards.features.items():  # e.g. generate_synthetic.py's `image` too: never decode here
-        if isinstance(feature, datasets.Image):
-            shards = shards.cast_column(column, datasets.Image(decode=False))
-    return list(shards)
 
 
 def write_model_card(
@@ -233,7 +173,24 @@ def main(argv: list[str] | None = None):
     except ValueError as error:
         raise SystemExit(f"--output_dir: {error}") from None
 
-    train, validation = load_dataset_splits(data_args, columns)
+    try:
+        data = load_training_data(
+            columns,
+            Path(training_args.output_dir) / "training-data",
+            dataset=data_args.dataset,
+            train_split=data_args.train_split,
+            validation_split=data_args.validation_split,
+            karpathy_json=data_args.karpathy_json,
+            image_root=data_args.image_root,
+            synthetic_data=data_args.synthetic_data,
+            max_train_samples=data_args.max_train_samples,
+            max_eval_samples=data_args.max_eval_samples,
+        )
+        if training_args.resume_from_checkpoint:
+            check_resumed_data(training_args.resume_from_checkpoint, data.digests)
+    except (ValueError, TypeError, KeyError, FileNotFoundError) as error:
+        raise SystemExit(str(error)) from None
+    train, validation = data.train, data.validation
     # Seed before the model is built: the LoRA matrices are initialised randomly when the adapter is attached, and
     # Trainer seeds only later, so two runs with the same --seed would otherwise start from different weights.
     set_seed(training_args.seed)
@@ -249,8 +206,9 @@ def main(argv: list[str] | None = None):
         model,
         use_synthetic_images=SYNTHETIC_IMAGE_COLUMN in columns,
         use_synthetic_captions=SYNTHETIC_CAPTION_COLUMN in columns,
+        image_sources=data.image_sources,
     )
-    callbacks = []
+    callbacks = [TrainingDataRecord(data.digests)]
     if validation is not None and training_args.eval_strategy != "no":
         callbacks.append(StepPatienceEarlyStopping(patience_steps=data_args.early_stopping_steps))
     trainer = PACSTrainer(

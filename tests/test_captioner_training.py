@@ -149,11 +149,11 @@ def test_caption_datasets_group_captions_per_image(tmp_path):
     ]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "flat"))
     loaded = load_caption_dataset(str(tmp_path / "flat"))
-    assert loaded.to_list() == [
+    assert loaded.dataset.to_list() == [
         {"image": "a.jpg", "captions": ["one", "three"], "row_index": 0},
         {"image": "b.jpg", "captions": ["two"], "row_index": 1},
     ]
-    assert load_caption_dataset(str(tmp_path / "flat"), max_samples=1)["captions"] == [["one", "three"]]
+    assert load_caption_dataset(str(tmp_path / "flat"), max_samples=1).dataset["captions"] == [["one", "three"]]
     datasets.Dataset.from_list([{"picture": "a.jpg", "text": "x"}]).save_to_disk(str(tmp_path / "bad"))
     with pytest.raises(ValueError, match=r"it needs 'image' and 'captions' \(a list of captions\) or 'caption'"):
         load_caption_dataset(str(tmp_path / "bad"))

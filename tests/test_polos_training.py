@@ -158,7 +158,12 @@ def test_parquet_layout_reads_the_same_rows(polaris, tmp_path):
     assert [r["candidate"] for r in parquet_rows] == [r["candidate"] for r in rows]
     assert [r["references"] for r in parquet_rows] == [r["references"] for r in rows]
     np.testing.assert_allclose([r["score"] for r in parquet_rows], [r["score"] for r in rows], rtol=0, atol=1e-6)
-    assert parquet_rows[3]["image"]["bytes"] == open(rows[3]["image"], "rb").read()
+    # The images stay in the file; the collator reads a batch's rows (and only those).
+    source = parquet_rows[3]["image"].source
+    assert source.image_bytes_read == 0
+    batch = PolarisCollator()([parquet_rows[3], parquet_rows[1]])
+    assert batch["images"][0]["bytes"] == open(rows[3]["image"], "rb").read()
+    assert batch["images"][1]["bytes"] == open(rows[1]["image"], "rb").read()
 
 
 def test_malformed_rows_name_row_and_column(tmp_path):

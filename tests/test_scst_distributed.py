@@ -125,7 +125,11 @@ def test_only_rank_zero_writes_checkpoints_and_the_report(two_process_run):
         "eval_report.json",
         "final",
         "test_captions.jsonl",
+        "training-data",
     ]
+    # Every rank prepares the same row tables (content-addressed, written atomically): one file per split remains.
+    assert sorted(path.name.split("-")[0] for path in (run / "training-data").iterdir()) == ["captions", "captions"]
+    assert not list((run / "training-data").glob(".*"))
     for checkpoint in ("checkpoint-2", "checkpoint-4"):
         names = sorted(path.name for path in (run / checkpoint).iterdir())
         assert [name for name in names if name.startswith("rng_state")] == ["rng_state_0.pth", "rng_state_1.pth"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from transformers import EarlyStoppingCallback
 
+from modeling_pacs.data import ImageReference, resolve_references
 from modeling_pacs.pearl.training import PearlTrainer, compute_pearl_metrics, pearl_training_arguments
 from modeling_pacs.polos.training import PolosTrainer, polos_training_arguments, read_polaris
 from modeling_pacs.supervised import (
@@ -77,7 +78,13 @@ def test_polos_and_pearl_readers_give_identical_rows_for_the_same_polaris_csv(po
 def test_polos_and_pearl_readers_give_identical_rows_for_the_same_polaris_parquet(polaris_files):
     polos = read_polaris(polaris_files / "train.parquet")
     pearl = read_rows(polaris_files / "train.parquet", "polaris")
-    assert polos == expected_rows(lambda name: {"bytes": None, "path": name})
+    # Polos's images stay in the file until a batch reads them (relative paths resolve against the file's folder).
+    images = resolve_references([row["image"] for row in polos])
+    assert images == [{"bytes": None, "path": str(polaris_files / name)} for *_, name in POLARIS_ROWS]
+    assert all(isinstance(row["image"], ImageReference) for row in polos)
+    assert [{**row, "image": image} for row, image in zip(polos, images)] == expected_rows(
+        lambda name: {"bytes": None, "path": str(polaris_files / name)}
+    )
     assert pearl == expected_rows(lambda name: name)
 
 

@@ -346,7 +346,9 @@ def test_missing_inputs_are_refused(workspace, tmp_path):
     (tmp_path / "broken.json").write_text('{"annotations": []}')
     arguments = command_arguments(workspace["root"], tmp_path / "out")
     arguments[1] = str(tmp_path / "broken.json")
-    with pytest.raises(SystemExit, match=r"broken.json: not a Karpathy dataset_coco.json \(KeyError: 'images'\)"):
+    with pytest.raises(
+        SystemExit, match=r"broken.json: not a Karpathy dataset_coco.json \(no 'images' list\); expected \{\"images\""
+    ):
         generate_synthetic.main(arguments)
     assert not (tmp_path / "out").exists()
     arguments = command_arguments(workspace["root"], workspace["root"])  # the folder holding the inputs
@@ -391,6 +393,7 @@ def test_a_datasets_source_groups_captions_by_image(tmp_path):
     """Any image-caption `datasets` dataset: rows sharing an image path are one BLIP unit; bytes images each alone."""
     import datasets
 
+    from modeling_pacs.data import ImageReference, resolve_references
     from modeling_pacs.synthetic import dataset_images
 
     PIL.Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
@@ -411,7 +414,10 @@ def test_a_datasets_source_groups_captions_by_image(tmp_path):
         (0, [(0, 0, "one"), (2, 2, "three")]),
         (1, [(1, 1, "two")]),
     ]
-    assert sources[1].image == {"bytes": png, "path": None}
+    # A path stays a path; bytes stay in the dataset until the unit's shard reads them.
+    assert sources[0].image == str(tmp_path / "a.png")
+    assert isinstance(sources[1].image, ImageReference)
+    assert resolve_references([sources[1].image]) == [{"bytes": png, "path": None}]
     with pytest.raises(SystemExit, match=r"the dataset lacks column\(s\) \['caption'\] .*--caption-column"):
         dataset_images(dataset, "image", "caption", "train")
     bad = datasets.Dataset.from_dict({"image": ["a.png"], "caption": [3]})

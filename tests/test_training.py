@@ -25,6 +25,7 @@ from modeling_pacs.training import (
     PACSTrainer,
     StepPatienceEarlyStopping,
     gather_with_gradient,
+    load_training_data,
     pacs_contrastive_loss,
     prepare_model_for_training,
     prepare_training_dataset,
@@ -472,11 +473,6 @@ def test_torchrun_two_processes_trains_the_global_batch_loss(workspace, tmp_path
 
 def test_karpathy_json_with_synthetic_shards(workspace, tmp_path):
     """Karpathy rows (restval counts as train) joined with synthetic shards: images by sentid, captions by cocoid."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_pacs", REPO_ROOT / "scripts" / "train_pacs.py")
-    train_pacs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_pacs)
     images = workspace["root"] / "images"
     karpathy = {
         "images": [
@@ -498,13 +494,21 @@ def test_karpathy_json_with_synthetic_shards(workspace, tmp_path):
     (shards / "part-0.jsonl").write_text("".join(json.dumps(row) + "\n" for row in synthetic_rows))
     for name in ("synthetic0.png", "synthetic2.png", "synthetic0.png"):
         (shards / name).write_bytes((images / name).read_bytes())
-    data_args = train_pacs.DataArguments(
-        karpathy_json=str(tmp_path / "dataset_coco.json"), image_root=str(images), synthetic_data=str(shards)
+    data = load_training_data(
+        required_columns(),
+        tmp_path / "rows",
+        karpathy_json=str(tmp_path / "dataset_coco.json"),
+        image_root=str(images),
+        synthetic_data=str(shards),
     )
-    train, validation = train_pacs.load_dataset_splits(data_args, required_columns())
+    train, validation = data.train, data.validation
     # sentid 101 has no synthetic image: skipped with a warning.
     assert train["caption"] == ["a red thing", "a green thing"]
-    assert train["synthetic_image"] == [str(shards / "synthetic0.png"), str(shards / "synthetic2.png")]
+    # The rows hold the synthetic image's row in the source; the collator reads it (relative paths resolved).
+    assert data.image_sources["synthetic_image"].take_images("synthetic_image", train["synthetic_image"]) == [
+        str(shards / "synthetic0.png"),
+        str(shards / "synthetic2.png"),
+    ]
     assert train["synthetic_caption"] == ["generated 10", "generated 11"]
     assert train["image"] == [str(images / "real0.png"), str(images / "real1.png")]
     assert validation["caption"] == ["a blue thing"] and validation["row_index"] == [0]

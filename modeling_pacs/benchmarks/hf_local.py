@@ -23,6 +23,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from ..data.sources import is_saved_dataset
 from .data import BenchmarkDataError, data_error
 
 COLUMNS = {
@@ -37,10 +38,6 @@ LAYOUT = (
     "Flickr8k-HumanEval in a sub-folder named by its config, expert or crowdflower, when both are present), with "
     "columns mt|cand|caption, refs|references, human_score|score and img|image or imgid|file_name|id"
 )
-
-
-def is_saved_dataset(folder: Path) -> bool:
-    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
 
 
 def find_hf_copy(data_dir: Path, config: str | None = None, split: str = "test") -> Path | None:

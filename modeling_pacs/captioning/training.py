@@ -10,10 +10,14 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from safetensors.torch import load_file, save_file
 from torch.optim.lr_scheduler import LambdaLR
@@ -21,11 +25,14 @@ from transformers import Trainer
 from transformers.utils import logging
 
 from ..cache import image_content_key, model_fingerprint
+from ..data.sources import SourceImages
 from ..inputs import image_key, load_and_preprocess
 from .modeling_captioner import PACSCaptionerForConditionalGeneration
 
 if TYPE_CHECKING:
     import datasets
+
+    from ..data.sources import RowSource
 
 logger = logging.get_logger(__name__)
 
@@ -308,7 +315,8 @@ class CaptioningCollator:
     `stage="xe"`: rows hold one `caption` (or a `captions` list, whose first caption is used); the batch has the
     encoder input and `labels`. `stage="scst"`: rows hold `captions` (the references); the batch has the encoder
     input, the raw `images` (for the reward) and `references`. The encoder input is `pixel_values` (CLIP image
-    pipeline) or, with a [`VisualFeatureCache`], `visual_features`.
+    pipeline) or, with a [`VisualFeatureCache`], `visual_features`. With `image_sources` (as [`CaptionRows`] has
+    them), `image` holds row numbers and the batch's images are read from the source here.
 
     Example:
 
@@ -328,6 +336,7 @@ class CaptioningCollator:
         feature_cache: VisualFeatureCache | None = None,
         max_length: int = 77,
         index_column: str | None = "row_index",
+        image_sources: "dict[str, RowSource] | None" = None,
     ):
         if stage not in ("xe", "scst"):
             raise ValueError(f"stage must be 'xe' or 'scst', got {stage!r}")
@@ -337,10 +346,11 @@ class CaptioningCollator:
         self.feature_cache = feature_cache
         self.max_length = max_length
         self.index_column = index_column
+        self.image_source = (image_sources or {}).get(IMAGE_COLUMN)
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         indices = [row.get(self.index_column, position) for position, row in enumerate(rows)]
-        images = [row[IMAGE_COLUMN] for row in rows]
+        images = SourceImages([row[IMAGE_COLUMN] for row in rows], self.image_source, IMAGE_COLUMN)[:]
         if self.feature_cache is not None:
             batch = {"visual_features": self.feature_cache.load(images, indices)}
         else:
@@ -373,77 +383,123 @@ def row_references(row: dict[str, Any], index: int) -> list[str]:
     return list(references)
 
 
-def group_captions_by_image(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per image with all its `captions` (SCST and evaluation) from one-caption-per-row data."""
-    grouped: dict[Any, dict[str, Any]] = {}
-    for row in rows:
-        key = row["cocoid"] if row.get("cocoid") is not None else image_key(row[IMAGE_COLUMN])
-        if key not in grouped:
-            grouped[key] = {IMAGE_COLUMN: row[IMAGE_COLUMN], CAPTIONS_COLUMN: []}
-        grouped[key][CAPTIONS_COLUMN].append(row[CAPTION_COLUMN])
-    return list(grouped.values())
+def combined(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
-def one_caption_per_row(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (image, caption) (XE training) from rows holding a `captions` list."""
-    return [
-        {IMAGE_COLUMN: row[IMAGE_COLUMN], CAPTION_COLUMN: caption}
-        for row in rows
-        for caption in (row[CAPTIONS_COLUMN] if CAPTIONS_COLUMN in row else [row[CAPTION_COLUMN]])
-    ]
+def group_captions_by_image(keys: Sequence[Any], images: pa.Array, captions: pa.Array) -> pa.Table:
+    """One row per distinct key, in order of first appearance: the image of its first row and all its `captions`
+    in row order (SCST and evaluation read an image with its references)."""
+    group_of: dict[Any, int] = {}
+    groups = np.fromiter((group_of.setdefault(key, len(group_of)) for key in keys), dtype=np.int64, count=len(keys))
+    images, captions = combined(images), combined(captions)
+    order = np.argsort(groups, kind="stable")
+    counts = np.bincount(groups, minlength=len(group_of))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    first_rows = order[offsets[:-1]]
+    return pa.table(
+        {
+            IMAGE_COLUMN: images.take(pa.array(first_rows, pa.int64())),
+            CAPTIONS_COLUMN: pa.ListArray.from_arrays(pa.array(offsets), captions.take(pa.array(order, pa.int64()))),
+        }
+    )
+
+
+def one_caption_per_row(rows: "datasets.Dataset") -> pa.Table:
+    """One row per (image, caption) (XE training) from a row table holding `captions` lists, in order."""
+    table = rows.with_format("arrow")[:]
+    captions = table.column(CAPTIONS_COLUMN).combine_chunks()
+    images = table.column(IMAGE_COLUMN).take(pc.list_parent_indices(captions))
+    return pa.table({IMAGE_COLUMN: images, CAPTION_COLUMN: pc.list_flatten(captions)})
 
 
 # ----------------------------------------------------------------------------------------------------- datasets
+@dataclass
+class CaptionRows:
+    """A caption split as a row table (no image bytes in memory): `image` (a path, or the row number of the image in
+    `image_sources["image"]`), `captions` (a list of strings) and `row_index`."""
+
+    dataset: "datasets.Dataset"
+    image_sources: "dict[str, RowSource]" = field(default_factory=dict)
+    digest: str = ""
+
+    @property
+    def images(self) -> SourceImages:
+        """The images, read from their source on access (paths as they are)."""
+        return SourceImages(self.dataset[IMAGE_COLUMN], self.image_sources.get(IMAGE_COLUMN), IMAGE_COLUMN)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+
 def load_caption_dataset(
     dataset: str | None = None,
     split: str = "train",
     karpathy_json: str | None = None,
     image_root: str | None = None,
     max_samples: int | None = None,
-) -> "datasets.Dataset":
-    """One row per image, `image` and `captions` (a list), plus `row_index`: from COCO Karpathy (`karpathy_json` +
-    `image_root`; split `train` includes `restval`) or any `datasets` dataset (a Hub id or a `save_to_disk` folder)
-    with an `image` column and a `captions` list or a `caption` string column."""
-    import datasets
+    data_dir: str | os.PathLike | None = None,
+) -> CaptionRows:
+    """One row per image with its `captions`: from COCO Karpathy (`karpathy_json` + `image_root`; split `train`
+    includes `restval`) or any `datasets` dataset (a Hub id or a `save_to_disk` folder) with an `image` column and a
+    `captions` list or a `caption` string column (grouped by `cocoid` when there is one, else by image).
 
-    from ..training import load_karpathy_rows
+    The result is a row table ([`modeling_pacs.data`]), memory-mapped from `data_dir` (in memory without one): an
+    image column of paths stays paths; images stored in the dataset (bytes) become row numbers into it, read by the
+    collator for each batch.
+    """
+    from ..data import ArrowSource, load_datasets, memory_mapped_rows, read_karpathy, select_split
 
+    if max_samples is not None and max_samples <= 0:
+        raise ValueError(f"max_samples must be positive, got {max_samples}")
+    image_sources: dict = {}
     if karpathy_json:
         if not image_root:
             raise ValueError("karpathy_json needs image_root (the folder holding train2014/ and val2014/)")
-        splits = ("train", "restval") if split == "train" else (split,)
-        loaded = datasets.Dataset.from_list(
-            group_captions_by_image(load_karpathy_rows(karpathy_json, image_root, splits))
-        )
+        captions = read_karpathy(karpathy_json, image_root, ("train", "restval") if split == "train" else (split,))
+        keys = captions.column("cocoid").to_pylist()
+        table = group_captions_by_image(keys, captions.column(IMAGE_COLUMN), captions.column(CAPTION_COLUMN))
     elif dataset:
-        path = Path(dataset)
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            loaded = datasets.load_from_disk(str(path))
+        loaded = select_split(load_datasets(dataset), split, dataset)
+        names = loaded.column_names
+        if IMAGE_COLUMN not in names or not {CAPTIONS_COLUMN, CAPTION_COLUMN} & set(names):
+            raise ValueError(
+                f"the dataset has columns {names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' (a list of "
+                f"captions) or '{CAPTION_COLUMN}'"
+            )
+        source = ArrowSource.from_dataset(loaded, str(dataset))
+        image_type = source.table.schema.field(IMAGE_COLUMN).type
+        if pa.types.is_string(image_type) or pa.types.is_large_string(image_type):
+            images = source.table.column(IMAGE_COLUMN)  # paths: kept as they are
+            image_values = images.to_pylist()
+        else:  # bytes stay in the dataset: rows refer to them
+            images = pa.array(np.arange(source.num_rows), pa.int64())
+            image_sources = {IMAGE_COLUMN: source}
+            image_values = None
+        if CAPTIONS_COLUMN in names:
+            table = pa.table({IMAGE_COLUMN: images, CAPTIONS_COLUMN: source.table.column(CAPTIONS_COLUMN)})
         else:
-            loaded = datasets.load_dataset(dataset)
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise ValueError(f"split '{split}' is not in {dataset} (it has {sorted(loaded)}): choose another split")
-            loaded = loaded[split]
+            if "cocoid" in names:
+                keys = source.read_columns(["cocoid"]).column(0).to_pylist()
+            else:
+                values = (
+                    image_values
+                    if image_values is not None
+                    else SourceImages(range(source.num_rows), source, IMAGE_COLUMN)
+                )
+                keys = [image_key(value) for value in values]
+            table = group_captions_by_image(keys, images, source.table.column(CAPTION_COLUMN))
     else:
         raise ValueError("give a dataset (Hub id or save_to_disk folder), or karpathy_json with image_root")
-    if IMAGE_COLUMN not in loaded.column_names or not {CAPTIONS_COLUMN, CAPTION_COLUMN} & set(loaded.column_names):
-        raise ValueError(
-            f"the dataset has columns {loaded.column_names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' (a list "
-            f"of captions) or '{CAPTION_COLUMN}'"
-        )
-    if CAPTIONS_COLUMN not in loaded.column_names:
-        loaded = datasets.Dataset.from_list(group_captions_by_image(loaded))
     if max_samples is not None:
-        if max_samples <= 0:
-            raise ValueError(f"max_samples must be positive, got {max_samples}")
-        loaded = loaded.select(range(min(max_samples, len(loaded))))
-    if "row_index" in loaded.column_names:
-        loaded = loaded.remove_columns("row_index")
-    return loaded.add_column("row_index", list(range(len(loaded))))
+        table = table.slice(0, max_samples)
+    table = table.append_column("row_index", pa.array(np.arange(table.num_rows), pa.int64()))
+    rows, digest = memory_mapped_rows(table, data_dir, f"captions-{split}")
+    return CaptionRows(rows, image_sources, digest)
 
 
 __all__ = [
+    "CaptionRows",
     "CaptioningCollator",
     "SCSTTrainer",
     "VisualFeatureCache",

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from transformers import TrainingArguments
 
+from ..data.sources import resolve_references
 from ..inputs import image_key
 from ..modeling_polos import PolosModel, cut_references_to_chunks
 from ..scoring import max_by_owner
@@ -53,8 +54,8 @@ def read_polaris_csv(path: str | Path, image_root: str | Path | None = None) -> 
 
 
 def read_polaris_parquet(path: str | Path) -> list[dict]:
-    """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's
-    (images as `{"bytes", "path"}`)."""
+    """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's; the
+    images stay in the file (an `ImageReference` per row, read by [`PolarisCollator`] for its batch)."""
     return read_rows(path, "polaris", references_required=True, image_bytes=True)
 
 
@@ -73,7 +74,7 @@ class PolarisCollator:
 
     def __call__(self, rows: list[dict]) -> dict:
         return {
-            "images": [row["image"] for row in rows],
+            "images": resolve_references([row["image"] for row in rows]),
             "candidates": [row["candidate"] for row in rows],
             "references": [row["references"] for row in rows],
             "row_indices": [row["row"] for row in rows],

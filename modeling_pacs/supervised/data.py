@@ -34,6 +34,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from ..data.sources import ImageReference, ParquetSource, is_bytes_type
+
 logger = logging.getLogger(__name__)
 
 LAYOUTS = {
@@ -103,6 +107,8 @@ def check_references(value: Any, source: str, row: int, column: str = "refs", re
 def check_image(value: Any, source: str, row: int, column: str, image_root: Path | None, image_bytes: bool):
     """An image name (resolved under `image_root`, which must then hold it), or with `image_bytes` an image struct
     `{"bytes", "path"}` as `datasets` and parquet store it."""
+    if isinstance(value, ImageReference) and image_bytes:
+        return value  # an image left in its parquet file, read by the collator for its batch
     if isinstance(value, dict):
         if image_bytes and (value.get("bytes") or value.get("path")):
             return {"bytes": value.get("bytes"), "path": value.get("path")}
@@ -167,7 +173,7 @@ def rows_from_records(
     return rows
 
 
-def read_records(path: Path, layout: str) -> list[dict]:
+def read_records(path: Path, layout: str, image_bytes: bool = False) -> list[dict]:
     """The records of a `.csv`, `.jsonl` or `.parquet` file, after checking its columns against `layout`."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
@@ -179,12 +185,28 @@ def read_records(path: Path, layout: str) -> list[dict]:
         with path.open(encoding="utf-8") as handle:
             return [json.loads(line) for line in handle if line.strip()]
     if suffix == ".parquet":
-        import pyarrow.parquet as parquet
-
-        table = parquet.read_table(path)
-        check_columns(table.column_names, layout, path.name)
-        return table.select(list(LAYOUTS[layout].values())).to_pylist()
+        return read_parquet_records(path, layout, image_bytes)
     raise ValueError(f"{path}: unsupported format {path.suffix!r} (use one of {list(FORMATS)})")
+
+
+def read_parquet_records(path: Path, layout: str, image_bytes: bool) -> list[dict]:
+    """The records of a parquet file with their text and scores read and their images left in the file: with
+    `image_bytes`, an image column of bytes gives an [`ImageReference`] per row (None where a row has none);
+    otherwise each image is its path (the key of Pearl's feature cache). No image byte is read here."""
+    source = ParquetSource([path], root=path.parent, name=path.name)
+    check_columns(source.column_names, layout, path.name)
+    image_column = LAYOUTS[layout]["image"]
+    small = [column for column in LAYOUTS[layout].values() if column != image_column]
+    image_type = source.schema.field(image_column).type
+    if image_bytes and (is_bytes_type(image_type) or pa.types.is_struct(image_type)):
+        table, present = source.read(small, image_column)
+        images = [ImageReference(source, image_column, row) if present[row] else None for row in range(len(table))]
+    else:
+        table, images = source.read_columns(small), source.image_paths(image_column)
+    records = table.to_pylist()
+    for record, image in zip(records, images):
+        record[image_column] = image
+    return records
 
 
 def read_rows(
@@ -200,7 +222,7 @@ def read_rows(
         raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)}")
     if not path.is_file():
         raise FileNotFoundError(f"data file '{path}' does not exist")
-    records = read_records(path, layout)
+    records = read_records(path, layout, image_bytes)
     return rows_from_records(records, layout, path.name, references_required, image_root, image_bytes)
 
 

@@ -161,7 +161,7 @@ class SourceImage:
     """One real image and its human captions: the unit of work (BLIP captions it once)."""
 
     image_id: int | str
-    image: Any  # a path, or a `{"bytes", "path"}` dict
+    image: Any  # a path, a `{"bytes", "path"}` dict, or an `ImageReference` to a row of the source dataset
     split: str
     captions: list[tuple[int, int | str, str]] = field(default_factory=list)  # (row, sentid, caption)
 
@@ -169,44 +169,33 @@ class SourceImage:
 def karpathy_images(karpathy_json: str | Path, image_root: str | Path, splits: Iterable[str]) -> list[SourceImage]:
     """The images of COCO Karpathy's `dataset_coco.json` in the given splits (`restval` is a split of its own).
 
-    Rows are numbered in file order over the selected splits; images are referenced by absolute path.
+    Rows are numbered in file order over the selected splits; images are referenced by absolute path. The file is
+    read by [`modeling_pacs.data.read_karpathy`] (its errors name the entry).
     """
-    karpathy_json, image_root, splits = Path(karpathy_json), Path(image_root), set(splits)
-    try:
-        data = json.loads(karpathy_json.read_text(encoding="utf-8"))
-        entries = data["images"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
-        raise SystemExit(
-            f"{karpathy_json}: not a Karpathy dataset_coco.json ({type(error).__name__}: {error}); expected "
-            '{"images": [{"cocoid", "filepath", "filename", "split", "sentences": [{"sentid", "raw"}]}]}'
-        ) from None
-    images, row = [], 0
-    for position, entry in enumerate(entries):
-        try:
-            if entry["split"] not in splits:
-                continue
-            path = (image_root / entry.get("filepath", "") / entry["filename"]).resolve()
-            image = SourceImage(entry["cocoid"], str(path), entry["split"])
-            for sentence in entry["sentences"]:
-                image.captions.append((row, sentence["sentid"], sentence["raw"]))
-                row += 1
-        except (KeyError, TypeError) as error:
-            raise SystemExit(
-                f"{karpathy_json}: image entry {position} lacks {error} (each needs cocoid, filename, split and "
-                "sentences with sentid and raw)"
-            ) from None
-        images.append(image)
-    if not images:
-        raise SystemExit(f"{karpathy_json}: no image in the splits {sorted(splits)}")
+    from ..data import read_karpathy
+
+    captions = read_karpathy(karpathy_json, Path(image_root).resolve(), splits)
+    if not captions.num_rows:
+        raise ValueError(f"{karpathy_json}: no image in the splits {sorted(set(splits))}")
+    images: list[SourceImage] = []
+    columns = zip(*(captions.column(name).to_pylist() for name in ("image", "cocoid", "split", "sentid", "caption")))
+    for row, (path, cocoid, split, sentid, caption) in enumerate(columns):
+        if not images or images[-1].image != path or images[-1].image_id != cocoid:
+            images.append(SourceImage(cocoid, path, split))
+        images[-1].captions.append((row, sentid, caption))
     return images
 
 
 def dataset_images(dataset, image_column: str, caption_column: str, split: str) -> list[SourceImage]:
-    """The rows of an image-caption `datasets.Dataset` (images undecoded), grouped by image path when they have one.
+    """The rows of an image-caption `datasets.Dataset`, grouped by image path when they have one.
 
-    `sentid` is the row index; `cocoid` the row index of the image's first row.
+    `sentid` is the row index; `cocoid` the row index of the image's first row. Images stored in the dataset (bytes)
+    stay there: each unit holds an [`ImageReference`] to its row, read with its shard ([`generate_shard`]).
     """
-    import datasets
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..data.sources import ArrowSource, ImageReference, is_bytes_type, path_field, struct_field
 
     missing = [column for column in (image_column, caption_column) if column not in dataset.column_names]
     if missing:
@@ -214,17 +203,22 @@ def dataset_images(dataset, image_column: str, caption_column: str, split: str) 
             f"the dataset lacks column(s) {missing} (columns: {dataset.column_names}): set --image-column and "
             "--caption-column"
         )
-    if isinstance(dataset.features.get(image_column), datasets.Image):
-        dataset = dataset.cast_column(image_column, datasets.Image(decode=False))
+    source = ArrowSource.from_dataset(dataset, "the dataset")
+    values = source.table.column(image_column)
+    paths = path_field(values).to_pylist()
+    if pa.types.is_struct(values.type) and values.type.get_field_index("bytes") >= 0:
+        in_memory = pc.is_valid(struct_field(values, "bytes")).to_numpy(zero_copy_only=False)
+    else:
+        in_memory = [is_bytes_type(values.type)] * source.num_rows
+    captions = source.read_columns([caption_column]).column(0).to_pylist()
     images: dict[Any, SourceImage] = {}
-    for row, (image, caption) in enumerate(zip(dataset[image_column], dataset[caption_column])):
+    for row, (path, bytes_stored, caption) in enumerate(zip(paths, in_memory, captions)):
         if not isinstance(caption, str):
             raise SystemExit(f"row {row}: caption is {type(caption).__name__} ({caption!r}), expected a string")
         # Rows naming the same file share one BLIP caption; an image given as bytes is its own unit.
-        path = image if isinstance(image, str) else image.get("path") if isinstance(image, dict) else None
-        in_memory = isinstance(image, dict) and image.get("bytes") is not None
-        key = ("path", path) if path and not in_memory else ("row", row)
+        key = ("path", path) if path and not bytes_stored else ("row", row)
         if key not in images:
+            image = path if key[0] == "path" else ImageReference(source, image_column, row)
             images[key] = SourceImage(row, image, split)
         images[key].captions.append((row, row, caption))
     return sorted(images.values(), key=lambda source: source.captions[0][0])
@@ -364,12 +358,14 @@ def generate_shard(
     progress=None,
 ) -> tuple[list[dict], list]:
     """The parquet rows of one shard (one per human caption, in row order) and the ids of unreadable images."""
+    from ..data.sources import resolve_references
     from ..inputs import load_image
 
     decoded, unreadable = {}, []
+    stored = resolve_references([source.image for source in sources])  # this shard's images, read together
     for position, source in enumerate(sources):
         try:
-            decoded[position] = load_image(source.image, source.image_id)
+            decoded[position] = load_image(stored[position], source.image_id)
         except (OSError, ValueError, TypeError) as error:  # e.g. "image 1003 ('x.jpg') could not be decoded: ..."
             logger.warning(f"{error}: skipped, its {len(source.captions)} captions get no synthetic data")
             unreadable.append((position, str(error)))
@@ -399,7 +395,7 @@ def generate_shard(
                     "row": row,
                     "sentid": sentid,
                     "cocoid": source.image_id,
-                    "image": image_value(source.image),
+                    "image": image_value(stored[position]),
                     "caption": caption,
                     "synthetic_image": synthetic_images.get(row),
                     "synthetic_caption": synthetic_captions.get(position),
@@ -449,13 +445,49 @@ def shard_features():
     )
 
 
+# Rows per parquet row group: parquet's unit of random access, so a training batch reads about 8 synthetic images
+# for each one it needs (3 MiB for Stable Diffusion's ~400 KiB PNGs), not the whole shard.
+ROW_GROUP_ROWS = 8
+IMAGE_COLUMNS = ("image", "synthetic_image")
+
+
+def parquet_options(column_names: Iterable[str]) -> dict:
+    """`pyarrow.parquet.write_table` options of a shard: small row groups, no dictionary for the image columns (PNG
+    bytes never repeat)."""
+    return {
+        "row_group_size": ROW_GROUP_ROWS,
+        "use_dictionary": [name for name in column_names if name not in IMAGE_COLUMNS],
+    }
+
+
 def write_parquet(rows: list[dict], path: Path):
     """One shard as parquet, its schema carrying the `datasets` features (both image columns are `datasets.Image`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    features = shard_features()
-    pq.write_table(pa.Table.from_pylist(rows, schema=features.arrow_schema), str(path))
+    schema = shard_features().arrow_schema
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), str(path), **parquet_options(schema.names))
+
+
+def rewrite_row_groups(path: Path) -> bool:
+    """Rewrite one parquet shard with [`parquet_options`] (atomically; one old row group in memory at a time) if
+    any of its row groups holds more than `ROW_GROUP_ROWS` rows; returns whether it did. Shards written before
+    `ROW_GROUP_ROWS` existed hold one row group, which training would read whole for every row it takes."""
+    import pyarrow.parquet as pq
+
+    from ..jobs import atomic_path
+
+    handle = pq.ParquetFile(path)
+    metadata = handle.metadata
+    if all(metadata.row_group(group).num_rows <= ROW_GROUP_ROWS for group in range(metadata.num_row_groups)):
+        return False
+    with atomic_path(Path(path)) as temporary:
+        schema = handle.schema_arrow
+        dictionary_columns = parquet_options(schema.names)["use_dictionary"]
+        with pq.ParquetWriter(str(temporary), schema, use_dictionary=dictionary_columns) as writer:
+            for group in range(metadata.num_row_groups):
+                writer.write_table(handle.read_row_group(group), row_group_size=ROW_GROUP_ROWS)
+    return True
 
 
 def read_shard_ids(path: Path) -> Iterable[dict]:
@@ -535,6 +567,7 @@ __all__ = [
     "karpathy_images",
     "load_synthetic_dataset",
     "resolve_revision",
+    "rewrite_row_groups",
     "summarize",
     "write_parquet",
 ]
