@@ -24,8 +24,8 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from modeling_pacs.captioning.rewards import PACSReward
-from modeling_pacs.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 from modeling_pacs.loading import load_model
+from modeling_pacs.models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
 
 PROMPT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]}]
 TINY_CHAT_TEMPLATE = (

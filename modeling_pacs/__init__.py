@@ -2,13 +2,13 @@
 
 from transformers import AutoConfig, AutoModel
 
-from .configuration_pacs import PACSConfig
-from .configuration_pearl import PearlConfig
-from .configuration_polos import PolosConfig
-from .modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
-from .modeling_pearl import PearlModel, PearlOutput
-from .modeling_polos import PolosModel, PolosScoreOutput
-from .video_scoring import PACSVideoScoreOutput
+from .models.configuration_pacs import PACSConfig
+from .models.configuration_pearl import PearlConfig
+from .models.configuration_polos import PolosConfig
+from .models.modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
+from .models.modeling_pearl import PearlModel, PearlOutput
+from .models.modeling_polos import PolosModel, PolosScoreOutput
+from .models.video_scoring import PACSVideoScoreOutput
 
 # Without trust_remote_code, an installed `pacs-pp` still lets the Auto classes load our directories.
 AutoConfig.register(PACSConfig.model_type, PACSConfig, exist_ok=True)

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from transformers import CLIPConfig
 
-from .configuration_pacs import PACSConfig
 from .model_card import render_model_card
-from .modeling_pacs import PACSModel
+from .models.configuration_pacs import PACSConfig
+from .models.modeling_pacs import PACSModel
 from .outputs import check_output_directory, staged_directory
 from .tiny import build_clip_tokenizer, save_hub_ready
 

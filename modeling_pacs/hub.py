@@ -99,7 +99,7 @@ def check_adapter(folder: Path, config: dict, problems: list[str]):
     if not is_hub_id(base) or Path(base).is_absolute() or os.path.isdir(base):
         problems.append(
             f"{adapter_path}/adapter_config.json: base_model_name_or_path is '{base}', a local path, not a Hub id: "
-            "set it to the backbone's Hub id (modeling_pacs.modeling_pacs.set_adapter_base_model)"
+            "set it to the backbone's Hub id (modeling_pacs.models.modeling_pacs.set_adapter_base_model)"
         )
 
 
@@ -131,7 +131,7 @@ def check_model_card(folder: Path, problems: list[str]):
 def save_remote_code_model(model, directory: str | os.PathLike) -> None:
     """Save config, weights and remote code so that `AutoModel.from_pretrained(directory, trust_remote_code=True)`
     loads the model in a fresh process, with the files world-readable (mode 0644) for the Hub and other users."""
-    from .modeling_pacs import make_world_readable
+    from .models.modeling_pacs import make_world_readable
 
     type(model.config).register_for_auto_class()
     type(model).register_for_auto_class("AutoModel")

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig
 
-from .modeling_pacs import PACSModel
-from .modeling_polos import PolosModel
+from .models.modeling_pacs import PACSModel
+from .models.modeling_polos import PolosModel
 
 logger = logging.getLogger(__name__)
 

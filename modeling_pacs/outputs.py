@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .modeling_pacs import make_world_readable
+from .models.modeling_pacs import make_world_readable
 
 # The files a saved model directory holds (transformers, PEFT, our remote code, the model card).
 MODEL_DIRECTORY_ENTRIES = re.compile(

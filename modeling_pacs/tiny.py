@@ -26,10 +26,10 @@ from transformers import (
     SiglipProcessor,
 )
 
-from .backbones import SIGLIP_MEAN, SIGLIP_STD, backbone_family, multihead_attention_projections
-from .configuration_pacs import PACSConfig
-from .inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
-from .modeling_pacs import PACSModel
+from .models.backbones import SIGLIP_MEAN, SIGLIP_STD, backbone_family, multihead_attention_projections
+from .models.configuration_pacs import PACSConfig
+from .models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
+from .models.modeling_pacs import PACSModel
 
 TINY_MODEL_CARD = """---
 license: mit

@@ -28,7 +28,9 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.utils import ModelOutput, logging
 
-from .backbones import (
+from .data.synthetic_pairs import SYNTHETIC_CAPTION_COLUMN, SYNTHETIC_IMAGE_COLUMN
+from .jobs import write_text_atomically
+from .models.backbones import (
     backbone_family,
     default_w,
     encode_image_batch,
@@ -37,9 +39,7 @@ from .backbones import (
     multihead_attention_projections,
     projection_modules,
 )
-from .data.synthetic_pairs import SYNTHETIC_CAPTION_COLUMN, SYNTHETIC_IMAGE_COLUMN
-from .jobs import write_text_atomically
-from .modeling_pacs import PACSModel
+from .models.modeling_pacs import PACSModel
 
 if TYPE_CHECKING:
     import datasets
@@ -382,7 +382,7 @@ class PACSDataCollator:
     """Turn rows with `image`, `caption` (and `synthetic_image`, `synthetic_caption`) into model tensors.
 
     Images (paths, bytes, PIL, arrays or `datasets.Image` dicts) go through the official preprocessing
-    (`modeling_pacs.inputs.load_and_preprocess`); captions through `PACSModel.tokenize`, the scoring-time text
+    (`modeling_pacs.models.inputs.load_and_preprocess`); captions through `PACSModel.tokenize`, the scoring-time text
     pipeline (prompt prefix included). Real and synthetic captions are padded together, so they share one length.
     With `image_sources` (column -> [`RowSource`]), that column holds row numbers and the batch's images are read
     from the source here, so a training set's image bytes stay on disk until their batch (see `modeling_pacs.data`).

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .video import VIDEO_EXTENSIONS
+from .models.video import VIDEO_EXTENSIONS
 
 VIDEO_EPILOG = """
 videos:

@@ -6,7 +6,7 @@ a video run, calls `PACSModel.score_videos` here.
 
 import os
 
-from .video import check_num_frames, check_video
+from .models.video import check_num_frames, check_video
 
 
 def check_video_batch(images, videos, previous_kind: str | None, start: int) -> tuple[list, str]:

@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 from modeling_pacs.loading import resolve_device
-from modeling_pacs.modeling_pacs import PACSModel
+from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.tiny import (
     TINY_WORDS,
     build_siglip_tokenizer,

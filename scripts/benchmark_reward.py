@@ -23,11 +23,11 @@ import datasets
 import torch
 from transformers import TrainingArguments
 
-from modeling_pacs.cache import EmbeddingCache
 from modeling_pacs.captioning import PACSCaptionerConfig, PACSCaptionerForConditionalGeneration
 from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer
 from modeling_pacs.cli import write_atomically
+from modeling_pacs.models.embedding_cache import EmbeddingCache
 from modeling_pacs.tiny import build_clip_tokenizer, make_tiny_model, vit_b32_clip_config
 
 WORDS = "a an the dog cat man woman red blue green sitting standing on in next to with table beach street grass".split()

@@ -47,16 +47,16 @@ import torch
 from PIL import Image
 
 import modeling_pacs
-from modeling_pacs.backbones import backbone_family, encode_image_batch
-from modeling_pacs.fast_clip import PackedLinear, packed_linear_available
-from modeling_pacs.inputs import (
+from modeling_pacs.loading import DTYPES, resolve_device
+from modeling_pacs.models.backbones import backbone_family, encode_image_batch
+from modeling_pacs.models.fast_clip import PackedLinear, packed_linear_available
+from modeling_pacs.models.inputs import (
     load_and_preprocess,
     load_image,
     prepare_caption,
     preprocess_image,
 )
-from modeling_pacs.loading import DTYPES, resolve_device
-from modeling_pacs.scoring import harmonic_mean, max_reference_similarity, reference_free_score
+from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
 from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
 
 WORDS = (

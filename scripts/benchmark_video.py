@@ -2,9 +2,9 @@
 
 1. Frame sampling on a generated 60 s, 25 fps H.264 video (1,500 frames, B-frames), encoded twice: with a keyframe
    every 2 s (`--gop 50`, as streaming encoders do) and every 10 s (x264's default maximum, 250). "Seek" reads 10
-   frames with `modeling_pacs.video.VideoFile` (one demux pass over the packets, then a seek to the keyframe before
-   each wanted frame); "decode all" decodes every frame and converts it to RGB, as EMScore's `encode_video` does with
-   OpenCV, then keeps the same 10. Both return identical frames.
+   frames with `modeling_pacs.models.video.VideoFile` (one demux pass over the packets, then a seek to the keyframe
+   before each wanted frame); "decode all" decodes every frame and converts it to RGB, as EMScore's `encode_video`
+   does with OpenCV, then keeps the same 10. Both return identical frames.
    Between a keyframe and a wanted frame, only frames that others reference (I/P, reference B) must be decoded, so
    the gain of seeking depends on the keyframe spacing.
 2. End to end: `PACSModel.score_videos(..., num_frames=10)` on generated clips (one caption and two references
@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from modeling_pacs.cli import write_atomically
+from modeling_pacs.models.video import VideoFile, sample_frame_indices
 from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
-from modeling_pacs.video import VideoFile, sample_frame_indices
 
 CAPTIONS = ["a man rides a bike down a hill", "two dogs play in the snow", "a chef cooks pasta in a kitchen"]
 

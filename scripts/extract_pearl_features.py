@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 
 from modeling_pacs.encoders import load_encoder
-from modeling_pacs.modeling_pearl import PearlModel
+from modeling_pacs.models.modeling_pearl import PearlModel
 from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, fraction_outside
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths

@@ -27,10 +27,10 @@ from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
-from modeling_pacs.backbones import backbone_family
 from modeling_pacs.loading import PRETRAINED_MODELS, load_model
 from modeling_pacs.model_card import render_model_card, render_siglip_model_card
-from modeling_pacs.modeling_pacs import PACSModel
+from modeling_pacs.models.backbones import backbone_family
+from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.tiny import save_hub_ready
 from modeling_pacs.training import (

@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from modeling_pacs.configuration_pearl import PearlConfig
+from modeling_pacs.models.configuration_pearl import PearlConfig
 from modeling_pacs.outputs import check_output_directory
 from modeling_pacs.pearl.features import FeatureCache
 from modeling_pacs.pearl.saving import save_pearl

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from modeling_pacs.loading import load_model
-from modeling_pacs.modeling_polos import PolosModel
+from modeling_pacs.models.modeling_polos import PolosModel
 from modeling_pacs.polos.tiny import save_polos_hub_ready
 from modeling_pacs.polos.training import (
     NORMALIZATIONS,

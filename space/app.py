@@ -39,8 +39,8 @@ import PIL.Image
 from gradio.utils import get_upload_folder
 
 from modeling_pacs import PACSModel
-from modeling_pacs.inputs import to_rgb
 from modeling_pacs.loading import load_model
+from modeling_pacs.models.inputs import to_rgb
 
 logger = logging.getLogger("pacs_space")
 
@@ -353,7 +353,7 @@ def check_image(image: object) -> PIL.Image.Image:
             )
         try:
             opened.load()
-            return to_rgb(opened)  # as `modeling_pacs.inputs.load_image` decodes a path
+            return to_rgb(opened)  # as `modeling_pacs.models.inputs.load_image` decodes a path
         except (OSError, ValueError, SyntaxError) as error:  # truncated or corrupt data behind a valid header
             raise not_an_image from error
 
@@ -512,7 +512,7 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
     references; per caption the EMScore-style video metric of `PACSModel.score_videos` (SPEC §2): P, R, F and coarse
     against the frames (Eq. 13), and against the references with the combined score (Eq. 14) when given.
     """
-    from modeling_pacs.video import VideoFile
+    from modeling_pacs.models.video import VideoFile
 
     def score_video(video: str | None, captions_text: str, references_text: str, num_frames: float, model: str):
         """Score candidate captions (one per line) of a video clip, with optional references (one per line).

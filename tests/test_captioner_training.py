@@ -8,7 +8,6 @@ import pytest
 import torch
 from transformers import Trainer, TrainingArguments
 
-from modeling_pacs.cache import EmbeddingCache
 from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import (
     CaptioningCollator,
@@ -16,8 +15,9 @@ from modeling_pacs.captioning.training import (
     VisualFeatureCache,
     load_caption_dataset,
 )
-from modeling_pacs.inputs import load_and_preprocess
 from modeling_pacs.loading import load_model
+from modeling_pacs.models.embedding_cache import EmbeddingCache
+from modeling_pacs.models.inputs import load_and_preprocess
 from modeling_pacs.tiny import build_clip_tokenizer
 from tests.helpers import caption_rows
 from tests.test_captioner import tiny_captioner

@@ -54,7 +54,7 @@ def make_images() -> list[Image.Image]:
 
 
 def reference_scores(image_features, text_features, reference_features, w):
-    """Eqs. 4 and 5 in NumPy on the original code's features (independent of modeling_pacs.scoring)."""
+    """Eqs. 4 and 5 in NumPy on the original code's features (independent of modeling_pacs.models.scoring)."""
     image = image_features.numpy().astype(np.float64)
     text = text_features.numpy().astype(np.float64)
     image /= np.linalg.norm(image, axis=1, keepdims=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from modeling_pacs import PACSModel
-from modeling_pacs.cache import EmbeddingCache
+from modeling_pacs.models.embedding_cache import EmbeddingCache
 from tests.helpers import assert_scores_close, random_image
 
 CAPTIONS = ["a dog on a beach", "two cats on a sofa", "a red car", "a dog on a beach"]

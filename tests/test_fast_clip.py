@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from transformers import CLIPConfig, CLIPModel
 
-from modeling_pacs.fast_clip import FastCLIPEncoders, end_of_text_positions, packed_linear_available
+from modeling_pacs.models.fast_clip import FastCLIPEncoders, end_of_text_positions, packed_linear_available
 
 pytestmark = pytest.mark.skipif(
     not packed_linear_available(), reason="this torch build has no oneDNN packed linear kernels (the path is off)"
@@ -130,7 +130,7 @@ def test_fast_path_is_used_only_where_it_applies(tiny_model):
 
 
 def test_a_packing_failure_falls_back_to_transformers_with_a_warning(monkeypatch, caplog):
-    import modeling_pacs.fast_clip as fast_clip
+    import modeling_pacs.models.fast_clip as fast_clip
 
     def refuse(*args):
         raise RuntimeError("oneDNN: unsupported ISA")

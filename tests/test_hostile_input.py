@@ -18,8 +18,8 @@ from modeling_pacs import PACSConfig, PACSModel
 from modeling_pacs.cli import main as pacs_pp_main
 from modeling_pacs.cli import score_main
 from modeling_pacs.convert import CheckpointError, load_official_checkpoint
-from modeling_pacs.inputs import MAX_ASPECT_RATIO
 from modeling_pacs.loading import resolve_device
+from modeling_pacs.models.inputs import MAX_ASPECT_RATIO
 from modeling_pacs.outputs import strict_json
 from modeling_pacs.tiny import make_tiny_model
 from tests.helpers import random_image

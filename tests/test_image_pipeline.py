@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 from transformers import CLIPImageProcessorPil
 
-from modeling_pacs.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, load_image, preprocess_image
+from modeling_pacs.models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, load_image, preprocess_image
 from tests.helpers import random_image
 
 

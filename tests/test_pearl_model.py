@@ -12,7 +12,7 @@ import torch
 from safetensors import safe_open
 
 from modeling_pacs import PearlConfig, PearlModel
-from modeling_pacs.modeling_pearl import PearlDiffNet, PearlHadamardNet
+from modeling_pacs.models.modeling_pearl import PearlDiffNet, PearlHadamardNet
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, initialise_hadamard_nets, load_hadamard_init
 from modeling_pacs.pearl.saving import save_pearl
 from tests.pearl_helpers import one_torch_thread, random_features, tiny_pearl_config  # noqa: F401 (autouse fixture)

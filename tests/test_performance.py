@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import modeling_pacs.modeling_pacs as modeling
-from modeling_pacs.inputs import (
+import modeling_pacs.models.modeling_pacs as modeling
+from modeling_pacs.models.inputs import (
     OPENAI_CLIP_MEAN,
     OPENAI_CLIP_STD,
     load_image,

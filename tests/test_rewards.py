@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from modeling_pacs import PACSModel
-from modeling_pacs.cache import EmbeddingCache
 from modeling_pacs.captioning.rewards import CIDErDReward, PACSReward, make_reward
+from modeling_pacs.models.embedding_cache import EmbeddingCache
 from tests.helpers import assert_scores_close
 
 CANDIDATES = ["a dog on a beach", "a dog", "two cats", "a red car on a road", "a dog on a beach", "a bird"]

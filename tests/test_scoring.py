@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_pacs.scoring import (
+from modeling_pacs.models.scoring import (
     harmonic_mean,
     max_reference_similarity,
     reference_based_score,

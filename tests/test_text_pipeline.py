@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modeling_pacs.inputs import prepare_caption
+from modeling_pacs.models.inputs import prepare_caption
 from modeling_pacs.tiny import build_clip_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore")

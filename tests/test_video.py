@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from modeling_pacs.video import VideoFile, sample_frame_indices
+from modeling_pacs.models.video import VideoFile, sample_frame_indices
 from tests.emscore_reference import idf_lookup, idf_table, reference_components, video_components
 from tests.helpers import assert_scores_close
 from tests.original_clip import build_original_clip, original_preprocess, original_simple_tokenizer, original_tokenize
@@ -353,7 +353,7 @@ def test_remote_code_directory_scores_videos(tiny_model, tiny_model_dir, clips):
     paths, _ = clips
     # What trust_remote_code runs (the installed package registers its own class with the Auto classes).
     remote_class = get_class_from_dynamic_module("modeling_pacs.PACSModel", str(tiny_model_dir))
-    assert remote_class.__module__ != "modeling_pacs.modeling_pacs"
+    assert remote_class.__module__ != "modeling_pacs.models.modeling_pacs"
     remote = remote_class.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     expected = tiny_model.score_videos(paths, CAPTIONS, references=REFERENCES, num_frames=4)
     output = remote.score_videos(paths, CAPTIONS, references=REFERENCES, num_frames=4)

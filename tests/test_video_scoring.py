@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_pacs.scoring import (
+from modeling_pacs.models.scoring import (
     combined_video_scores,
     idf_table,
     reference_video_scores,

@@ -6,8 +6,8 @@ transformers so that a saved captioner loads with `trust_remote_code=True` as we
 
 from transformers import AutoConfig, AutoModel
 
-from .configuration_captioner import PACSCaptionerConfig
-from .modeling_captioner import PACSCaptionerForConditionalGeneration
+from ..models.configuration_captioner import PACSCaptionerConfig
+from ..models.modeling_captioner import PACSCaptionerForConditionalGeneration
 
 # With pacs-pp installed, the Auto classes load captioner directories without trust_remote_code.
 AutoConfig.register(PACSCaptionerConfig.model_type, PACSCaptionerConfig, exist_ok=True)

@@ -9,10 +9,10 @@ from typing import Any
 import torch
 from transformers.utils import logging
 
-from ..inputs import load_and_preprocess
-from ..modeling_pacs import PACSModel
+from ..models.inputs import load_and_preprocess
+from ..models.modeling_captioner import PACSCaptionerForConditionalGeneration
+from ..models.modeling_pacs import PACSModel
 from .grammar import grammar_measures
-from .modeling_captioner import PACSCaptionerForConditionalGeneration
 from .rewards import simple_tokenize
 
 logger = logging.get_logger(__name__)

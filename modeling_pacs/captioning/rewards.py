@@ -12,9 +12,9 @@ from typing import Any
 
 from transformers.utils import logging
 
-from ..cache import EmbeddingCache
-from ..inputs import check_references
-from ..modeling_pacs import PACSModel
+from ..models.embedding_cache import EmbeddingCache
+from ..models.inputs import check_references
+from ..models.modeling_pacs import PACSModel
 
 logger = logging.get_logger(__name__)
 

@@ -24,10 +24,10 @@ from torch.optim.lr_scheduler import LambdaLR
 from transformers import Trainer
 from transformers.utils import logging
 
-from ..cache import image_content_key, model_fingerprint
 from ..data.sources import SourceImages
-from ..inputs import image_key, load_and_preprocess
-from .modeling_captioner import PACSCaptionerForConditionalGeneration
+from ..models.embedding_cache import image_content_key, model_fingerprint
+from ..models.inputs import image_key, load_and_preprocess
+from ..models.modeling_captioner import PACSCaptionerForConditionalGeneration
 
 if TYPE_CHECKING:
     import datasets

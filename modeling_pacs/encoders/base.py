@@ -7,7 +7,7 @@ import numpy as np
 import PIL.Image
 import torch
 
-from ..inputs import ImageInput, load_image
+from ..models.inputs import ImageInput, load_image
 
 # Pearl's extractors replace empty captions with this for BLIP-2, BEiT-3 and Stella (SPEC-pearl §2).
 EMPTY_TEXT = "[EMPTY]"

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from ..inputs import ImageInput
+from ..models.inputs import ImageInput
 from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

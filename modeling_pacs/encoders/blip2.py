@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, Blip2TextModelWithProjection, Blip2VisionModelWithProjection
 
-from ..inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput
+from ..models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput
 from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
 
 # LAVIS `BlipCaptionProcessor` (eval): max_words 50; the Q-Former text length of blip2_image_text_matching is 32.

@@ -2,8 +2,8 @@
 
 import torch
 
-from ..inputs import ImageInput
-from ..modeling_pacs import PACSModel
+from ..models.inputs import ImageInput
+from ..models.modeling_pacs import PACSModel
 
 
 class PACSEncoder:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from ..inputs import ImageInput
+from ..models.inputs import ImageInput
 from .base import EMPTY_TEXT, check_batch_size, replace_empty
 
 logger = logging.getLogger(__name__)

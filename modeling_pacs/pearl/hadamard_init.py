@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..modeling_pearl import PearlHadamardNet, PearlModel
+from ..models.modeling_pearl import PearlHadamardNet, PearlModel
 
 HADAMARD_INIT_PATH = Path(__file__).resolve().parent.parent / "assets" / "pearl_hadamard_init.safetensors"
 DEFAULT_CHANNELS = [128, 256, 512, 1024, 512, 256, 128]

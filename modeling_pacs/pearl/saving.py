@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from ..hub import save_remote_code_model
-from ..modeling_pearl import PearlModel
+from ..models.modeling_pearl import PearlModel
 
 
 def save_pearl(model: PearlModel, directory: str | Path) -> None:

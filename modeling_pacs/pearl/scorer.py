@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from ..inputs import ImageInput, check_captions, check_references, image_key
-from ..modeling_pacs import PACSScoreOutput, deduplicate, mean_or_nan
-from ..modeling_pearl import PearlModel
+from ..models.inputs import ImageInput, check_captions, check_references, image_key
+from ..models.modeling_pacs import PACSScoreOutput, deduplicate, mean_or_nan
+from ..models.modeling_pearl import PearlModel
 from .features import assemble_batch
 
 logger = logging.getLogger(__name__)

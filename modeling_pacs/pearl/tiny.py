@@ -20,8 +20,8 @@ from transformers import (
     Blip2ForImageTextRetrieval,
 )
 
-from ..configuration_pearl import PearlConfig
-from ..modeling_pearl import PearlModel
+from ..models.configuration_pearl import PearlConfig
+from ..models.modeling_pearl import PearlModel
 from .saving import save_pearl
 
 # A word-piece vocabulary big enough for the captions the tests write.

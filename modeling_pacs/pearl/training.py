@@ -9,7 +9,7 @@ gradient clipping 1.0, early stopping on validation Kendall tau-c with patience 
 import torch
 from transformers import TrainingArguments
 
-from ..modeling_pearl import PearlModel
+from ..models.modeling_pearl import PearlModel
 from ..supervised import (
     PEARL_EARLY_STOPPING,
     SupervisedMetricTrainer,

@@ -29,7 +29,6 @@ import torch
 import yaml
 from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
-from ..configuration_polos import PolosConfig
 from ..convert import (
     OPENAI_HEAD_DIM,
     CheckpointError,
@@ -39,7 +38,8 @@ from ..convert import (
     layout_message,
     to_transformers_state_dict,
 )
-from ..modeling_polos import PolosModel
+from ..models.configuration_polos import PolosConfig
+from ..models.modeling_polos import PolosModel
 from ..outputs import check_output_directory, staged_directory
 from ..tiny import build_clip_tokenizer
 from .tiny import save_polos_hub_ready

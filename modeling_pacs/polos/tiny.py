@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from transformers import RobertaConfig, RobertaTokenizer
 
-from ..configuration_polos import PolosConfig
 from ..hub import save_remote_code_model
-from ..modeling_polos import PolosModel
+from ..models.configuration_polos import PolosConfig
+from ..models.modeling_polos import PolosModel
 from ..tiny import build_clip_tokenizer, tiny_clip_config
 
 # Text the tiny BPE is trained on: enough for common caption words to become single tokens.

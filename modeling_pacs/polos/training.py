@@ -29,9 +29,9 @@ import torch
 from transformers import TrainingArguments
 
 from ..data.sources import resolve_references
-from ..inputs import image_key
-from ..modeling_polos import PolosModel, cut_references_to_chunks
-from ..scoring import max_by_owner
+from ..models.inputs import image_key
+from ..models.modeling_polos import PolosModel, cut_references_to_chunks
+from ..models.scoring import max_by_owner
 from ..supervised import (
     SupervisedMetricTrainer,
     compute_regression_metrics,

@@ -359,7 +359,7 @@ def generate_shard(
 ) -> tuple[list[dict], list]:
     """The parquet rows of one shard (one per human caption, in row order) and the ids of unreadable images."""
     from ..data.sources import resolve_references
-    from ..inputs import load_image
+    from ..models.inputs import load_image
 
     decoded, unreadable = {}, []
     stored = resolve_references([source.image for source in sources])  # this shard's images, read together

@@ -150,7 +150,7 @@ class VideoFile:
     Example:
 
     ```python
-    >>> from modeling_pacs.video import VideoFile
+    >>> from modeling_pacs.models.video import VideoFile
     >>> with VideoFile("clip.mp4") as video:
     ...     frames = list(video.read([0, 50, 99]))
     >>> video.frame_count, video.decoded_frames

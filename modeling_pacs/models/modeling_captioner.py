@@ -96,8 +96,8 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
 
     ```python
     >>> import torch
-    >>> from modeling_pacs.captioning.configuration_captioner import PACSCaptionerConfig
-    >>> from modeling_pacs.captioning.modeling_captioner import PACSCaptionerForConditionalGeneration
+    >>> from modeling_pacs.models.configuration_captioner import PACSCaptionerConfig
+    >>> from modeling_pacs.models.modeling_captioner import PACSCaptionerForConditionalGeneration
     >>> vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4}
     >>> config = PACSCaptionerConfig(vision_config=vision, hidden_size=32, num_attention_heads=4, intermediate_size=64)
     >>> model = PACSCaptionerForConditionalGeneration(config).eval()

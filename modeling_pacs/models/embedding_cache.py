@@ -94,7 +94,7 @@ class EmbeddingCache:
     Example:
 
     ```python
-    >>> from modeling_pacs.cache import EmbeddingCache
+    >>> from modeling_pacs.models.embedding_cache import EmbeddingCache
     >>> from modeling_pacs.loading import load_model
     >>> model = load_model("tiny")
     >>> model.embedding_cache = EmbeddingCache(max_entries=10_000)

@@ -27,7 +27,7 @@ class PACSCaptionerConfig(PreTrainedConfig):
     Example:
 
     ```python
-    >>> from modeling_pacs.captioning.configuration_captioner import PACSCaptionerConfig
+    >>> from modeling_pacs.models.configuration_captioner import PACSCaptionerConfig
     >>> config = PACSCaptionerConfig()
     >>> config.hidden_size, config.encoder_layers, config.decoder_layers, config.num_attention_heads
     (512, 3, 3, 8)

@@ -21,7 +21,7 @@ plain `nn.Linear` layers (LoRA merged) and no gradients; everything else runs tr
 Example:
 
 ```python
->>> from modeling_pacs.fast_clip import FastCLIPEncoders
+>>> from modeling_pacs.models.fast_clip import FastCLIPEncoders
 >>> fast = FastCLIPEncoders.build(clip_model)  # None where the path does not apply
 >>> fast.encode_images(pixel_values).shape
 torch.Size([64, 512])
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.utils import logging
 
-from .cache import model_weights_stamp
+from .embedding_cache import model_weights_stamp
 
 logger = logging.get_logger(__name__)
 

@@ -1,0 +1,639 @@
+"""PAC-S++: a CLIP dual encoder with LoRA adapters (loaded through PEFT) that scores image-caption pairs.
+
+The whole model is in this file: loading (weights, tokenizer, adapter), encoding (deduplicated, batched, sorted by
+length so padding stays small) and scoring (through the pure functions of `scoring.py`).
+"""
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.utils import ModelOutput, logging
+
+from .backbones import (
+    backbone_family,
+    backbone_spec,
+    embedding_dim,
+    encode_image_batch,
+    encode_text_batch,
+    image_preprocessor,
+)
+from .configuration_pacs import PACSConfig
+from .fast_clip import FastCLIPEncoders, FastEncoderSlot
+from .inputs import (
+    ImageInput,
+    check_captions,
+    check_positive_int,
+    check_references,
+    image_key,
+    prefetch_batches,
+    prepare_caption,
+)
+from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
+from .video_scoring import VideoScoringMixin
+
+logger = logging.get_logger(__name__)
+
+# Above this many items a progress bar is shown unless `progress=False`.
+PROGRESS_THRESHOLD = 512
+# Captions are tokenised and sorted by length in chunks of about this many (a multiple of the batch size).
+TEXT_CHUNK_SIZE = 8192
+
+
+@dataclass
+class PACSTextFeatures(ModelOutput):
+    """
+    Text features of [`PACSModel.encode_texts`].
+
+    Args:
+        text_embeds (`torch.FloatTensor` of shape `(batch_size, projection_dim)`):
+            Projected hidden state at the end-of-text position (the caption embedding `E_t(t)`).
+        token_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, projection_dim)`, *optional*):
+            `text_projection(final_layer_norm(hidden_states))` at every position (SPEC §2, Eq. 8), unnormalised;
+            for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
+        attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            1 from start-of-text through end-of-text, 0 on padding.
+        input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The token ids, padded with the end-of-text id.
+    """
+
+    text_embeds: torch.FloatTensor | None = None
+    token_embeds: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    input_ids: torch.LongTensor | None = None
+
+
+@dataclass
+class PACSScoreOutput(ModelOutput):
+    """
+    Scores of [`PACSModel.score`], per item and for the corpus.
+
+    Args:
+        scores (`torch.FloatTensor` of shape `(num_items,)`):
+            Reference-free score of each item (Eq. 4): CLIP-S, PAC-S or PAC-S++ depending on the variant.
+        mean_score (`float`):
+            Corpus score: the mean of `scores`.
+        ref_scores (`torch.FloatTensor` of shape `(num_items,)`, *optional*):
+            Reference-based score of each item (Eq. 5), when references were given.
+        mean_ref_score (`float`, *optional*):
+            The mean of `ref_scores`.
+        image_text_cosines (`torch.FloatTensor` of shape `(num_items,)`):
+            Raw cosine between image and candidate embeddings (before clipping and w).
+        reference_similarities (`torch.FloatTensor` of shape `(num_items,)`, *optional*):
+            `max(0, max_r cos(candidate, r))`, the second term of the harmonic mean.
+    """
+
+    scores: torch.FloatTensor | None = None
+    mean_score: float | None = None
+    ref_scores: torch.FloatTensor | None = None
+    mean_ref_score: float | None = None
+    image_text_cosines: torch.FloatTensor | None = None
+    reference_similarities: torch.FloatTensor | None = None
+
+
+def missing_weights_message(name_or_path: str) -> str:
+    """How to get weights when a model is neither a local directory nor reachable on the Hub."""
+    looks_like_path = name_or_path.startswith((".", "/", "~")) or "\\" in name_or_path or name_or_path.count("/") > 1
+    if looks_like_path:
+        problem = f"'{name_or_path}' is not an existing model directory"
+    else:
+        problem = (
+            f"'{name_or_path}' is not a local model directory and the Hugging Face Hub did not provide it "
+            "(offline, unreachable, or no such repository)"
+        )
+    return (
+        f"could not load PAC-S++ model: {problem}. To get weights: download a Hub repository on a machine with "
+        "internet (`hf download REPO_ID --local-dir DIR`) and pass DIR; or convert "
+        "an official checkpoint with `python scripts/convert_pacs_checkpoint.py --checkpoint FILE --variant ... "
+        "--output DIR`; or, for an offline smoke test with random weights, run `pacs-pp make-tiny DIR`."
+    )
+
+
+def hub_download_kwargs(kwargs: dict) -> dict:
+    """The `from_pretrained` keyword arguments that also apply to the tokenizers and adapters of the same repo."""
+    names = ("cache_dir", "revision", "token", "local_files_only", "force_download", "proxies")
+    return {key: kwargs[key] for key in names if key in kwargs}
+
+
+def load_or_explain(load, name_or_path: str, message):
+    """`load()`, but a model that is neither a local directory nor on the Hub raises `OSError(message(name))`."""
+    try:
+        return load()
+    except OSError as error:
+        if Path(name_or_path).is_dir():
+            raise
+        raise OSError(message(name_or_path)) from error
+    except ValueError as error:  # huggingface_hub's HFValidationError for strings that are not repo ids
+        if Path(name_or_path).exists() or "repo" not in str(error).lower():
+            raise
+        raise OSError(message(name_or_path)) from error
+
+
+class PACSPreTrainedModel(PreTrainedModel):
+    config: PACSConfig
+    config_class = PACSConfig
+    base_model_prefix = "pacs"
+    main_input_name = "pixel_values"
+    input_modalities = ("image", "text")
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _no_split_modules = ["CLIPEncoderLayer"]
+
+    def _init_weights(self, module):
+        # The backbone knows how to initialise its own modules.
+        self.clip._init_weights(module)
+
+
+class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
+    r"""
+    PAC-S++ (and CLIP-S / PAC-S): scores how well a caption describes an image.
+
+    `from_pretrained` loads the dual encoder, its tokenizer and, if `config.adapter_path` is set, the LoRA adapter
+    through PEFT (merged into the weights unless `config.merge_adapter=False`).
+
+    Example:
+
+    ```python
+    >>> from transformers import AutoModel
+    >>> model = AutoModel.from_pretrained("path/to/pacs-pp-model", trust_remote_code=True, dtype="float32")
+    >>> out = model.score(["cat.jpg"], ["a cat sleeping on a sofa"], references=[["a cat on a couch"]])
+    >>> out.scores, out.ref_scores, out.mean_score
+    ```
+    """
+
+    def __init__(self, config: PACSConfig):
+        super().__init__(config)
+        self.clip = AutoModel.from_config(config.backbone_config)
+        self.tokenizer = None
+        # An optional `cache.EmbeddingCache`: when set, encode_texts / encode_images encode only what it lacks.
+        self.embedding_cache = None
+        # CLIP towers on CPU in fp32 encode through `fast_clip` (same embeddings, less work); False: transformers'.
+        self.fast_cpu_encoders = True
+        self._fast_encoders = FastEncoderSlot()
+        self.post_init()
+
+    # ------------------------------------------------------------------------------------------------ loading
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, load_adapter: bool = True, **kwargs):
+        """Load weights, tokenizer and (when `config.adapter_path` is set) the PEFT adapter."""
+        name_or_path = os.fspath(pretrained_model_name_or_path)
+        hub_kwargs = hub_download_kwargs(kwargs)
+        model = load_or_explain(
+            lambda: super(PACSModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+            name_or_path,
+            missing_weights_message,
+        )
+        # Passing the backbone config keeps AutoTokenizer from resolving (and prompting for) our remote config.
+        model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
+        check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
+        if load_adapter and model.config.adapter_path:
+            model.load_lora_adapter(name_or_path, merge=model.config.merge_adapter, **hub_kwargs)
+        return model
+
+    @classmethod
+    def from_clip(cls, clip_name_or_path: str, variant: str = "clip_s", **kwargs) -> "PACSModel":
+        """Wrap a plain transformers CLIP checkpoint (e.g. `openai/clip-vit-base-patch32`): CLIP-S / RefCLIP-S."""
+        from transformers import CLIPModel
+
+        hub_kwargs = hub_download_kwargs(kwargs)
+        clip = load_or_explain(
+            lambda: CLIPModel.from_pretrained(clip_name_or_path, **kwargs), clip_name_or_path, missing_weights_message
+        )
+        config = PACSConfig(backbone_config=clip.config, variant=variant, adapter_path=None)
+        model = cls(config)
+        model.clip = clip
+        model.tokenizer = AutoTokenizer.from_pretrained(clip_name_or_path, **hub_kwargs)
+        check_tokenizer(model.tokenizer, config.backbone_config, clip_name_or_path)
+        return model.eval()
+
+    @classmethod
+    def from_siglip(cls, siglip_name_or_path: str, variant: str = "clip_s", **kwargs) -> "PACSModel":
+        """Wrap a plain transformers SigLIP checkpoint (e.g. `google/siglip-base-patch16-224`, or a fixed-resolution
+        SigLIP 2 one such as `google/siglip2-base-patch16-224`) with SigLIP's own pipelines (`backbones.py`)."""
+        from transformers import AutoConfig
+
+        hub_kwargs = hub_download_kwargs(kwargs)
+
+        def load_siglip():
+            backbone_family(AutoConfig.from_pretrained(siglip_name_or_path, **hub_kwargs))  # refuses NaFlex first
+            return AutoModel.from_pretrained(siglip_name_or_path, **kwargs)
+
+        siglip = load_or_explain(load_siglip, siglip_name_or_path, missing_weights_message)
+        base_model_id = siglip_name_or_path
+        if Path(siglip_name_or_path).is_dir():
+            base_model_id = Path(siglip_name_or_path).resolve().name  # never a local path in a published adapter
+            logger.warning(
+                f"base_model_id is '{base_model_id}' (the directory's name): set config.base_model_id to the "
+                "backbone's Hub id before publishing an adapter trained on it"
+            )
+        config = PACSConfig(
+            backbone_config=siglip.config, variant=variant, adapter_path=None, base_model_id=base_model_id
+        )
+        model = cls(config)
+        model.clip = siglip
+        model.tokenizer = AutoTokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
+        if type(model.tokenizer).__name__.startswith("Gemma"):
+            # A SigLIP 2 checkpoint: it was trained on lowercased text, which the Hub's GemmaTokenizer does not do and
+            # transformers' Siglip2Tokenizer (same vocabulary) does.
+            from transformers import Siglip2Tokenizer
+
+            model.tokenizer = Siglip2Tokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
+        return model.eval()
+
+    def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):
+        """Load the PEFT LoRA adapter of `config.adapter_path` into the backbone; merge it unless `merge=False`.
+
+        `adapter_path` is an absolute path, or a sub-folder of `model_name_or_path` (a local directory or a Hub
+        repository). A relative path is never resolved against the current directory: scoring from inside another
+        model's folder must not pick up that folder's adapter.
+        """
+        from peft import PeftModel
+
+        adapter_path = self.config.adapter_path
+        if Path(adapter_path).is_absolute():
+            if not Path(adapter_path).is_dir():
+                raise OSError(f"the LoRA adapter folder '{adapter_path}' named by the config does not exist")
+            location, subfolder = adapter_path, None
+        elif Path(model_name_or_path).is_dir():
+            local_candidate = Path(model_name_or_path) / adapter_path
+            if not local_candidate.is_dir():
+                raise OSError(
+                    f"the config of '{model_name_or_path}' names a LoRA adapter at '{adapter_path}', which does not "
+                    f"exist in that folder ('{local_candidate}'): restore the adapter folder, or set `adapter_path` "
+                    "to null if the weights are already merged"
+                )
+            location, subfolder = str(local_candidate), None
+        else:
+            location, subfolder = model_name_or_path, adapter_path
+        peft_kwargs = dict(hub_kwargs)
+        if subfolder:
+            peft_kwargs["subfolder"] = subfolder
+        peft_model = PeftModel.from_pretrained(self.clip, location, **peft_kwargs)
+        if merge:
+            self.clip = peft_model.merge_and_unload()
+            # The weights now contain the adapter: saving this model must not apply it a second time.
+            self.config.adapter_path = None
+            self._peft_model = None
+        else:
+            self._peft_model = peft_model
+        return peft_model
+
+    @property
+    def peft_model(self):
+        """The PEFT wrapper of the backbone while an adapter is attached unmerged, else `None`."""
+        return self.__dict__.get("_peft_model")
+
+    def __setattr__(self, name, value):
+        # The PEFT wrapper stays out of the module tree: it shares its layers with `self.clip`.
+        if name == "_peft_model":
+            self.__dict__["_peft_model"] = value
+            return
+        super().__setattr__(name, value)
+
+    def base_state_dict(self) -> dict[str, torch.Tensor]:
+        """State dict without LoRA tensors: with an unmerged adapter, the base weights under their plain names."""
+        state_dict = {}
+        for key, value in self.state_dict().items():
+            if "lora_" in key:
+                continue
+            state_dict[key.replace(".base_layer.", ".")] = value
+        return state_dict
+
+    def save_pretrained(self, save_directory, **kwargs):
+        """Save config, weights, tokenizer and, with an unmerged adapter, the adapter in `config.adapter_path`."""
+        save_directory = Path(save_directory)
+        if self.peft_model is not None:
+            kwargs.setdefault("state_dict", self.base_state_dict())
+        super().save_pretrained(save_directory, **kwargs)
+        if self.peft_model is not None:
+            adapter_directory = save_directory / self.config.adapter_path
+            self.peft_model.save_pretrained(adapter_directory)
+            set_adapter_base_model(adapter_directory, self.config.base_model_id)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory)
+        make_world_readable(save_directory)
+
+    # ------------------------------------------------------------------------------------------------ encoding
+    def tokenize(self, captions: list[str], prompt_prefix: str | None = None) -> dict[str, torch.Tensor]:
+        """Prefix, clean and tokenize captions; truncate keeping end-of-text last.
+
+        CLIP: captions are cleaned as the original tokenizer does and padded to the longest. SigLIP: captions are
+        passed as given and padded to `max_text_length`, as the model was trained (`backbones.py`). The attention
+        mask marks the real tokens (SigLIP's text tower is run without it). `prompt_prefix` replaces
+        `config.prompt_prefix` when given (the video metric tokenizes without it).
+        """
+        if self.tokenizer is None:
+            raise ValueError(
+                "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
+                "AutoTokenizer.from_pretrained(...)"
+            )
+        prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
+        spec = backbone_spec(self.config.backbone_config)
+        if spec.clean_text:
+            texts = [prepare_caption(caption, prefix) for caption in captions]
+        else:
+            texts = [prefix + caption for caption in captions]
+        return self.tokenizer(
+            texts,
+            padding=spec.text_padding,
+            truncation=True,
+            max_length=self.config.max_text_length,
+            return_tensors="pt",
+            return_attention_mask=True,
+        )
+
+    def encode_texts(
+        self,
+        captions: list[str],
+        batch_size: int = 256,
+        return_tokens: bool = False,
+        progress: bool | None = None,
+        prompt_prefix: str | None = None,
+    ) -> torch.Tensor | PACSTextFeatures:
+        """Projected end-of-text embeddings `E_t(t)` of `[N, projection_dim]` (unnormalised, fp32).
+
+        With `return_tokens=True`, returns a [`PACSTextFeatures`] that also holds the projected embedding of every
+        token (padded to the longest caption) for fine-grained video scoring. Captions are sorted by length into
+        batches, so each batch pads little; padding changes results only at float rounding level (<= 1e-6).
+        """
+        captions = check_captions(captions, "caption")
+        batch_size = check_positive_int(batch_size, "text batch_size")
+        cache = self.embedding_cache
+        if cache is not None and not return_tokens and prompt_prefix is None and not cache.is_filling():
+            return cache.encode(
+                self,
+                "text",
+                captions,
+                lambda missing: self.encode_texts([captions[i] for i in missing], batch_size, progress=progress),
+            )
+        chunk_size = batch_size * max(1, TEXT_CHUNK_SIZE // batch_size)
+        if not return_tokens and len(captions) > chunk_size:
+            # Tokenising all captions at once holds every tokenizer Encoding (~6 KiB each): stream chunks instead.
+            text_embeds = torch.empty(len(captions), embedding_dim(self.config.backbone_config))
+            starts = range(0, len(captions), chunk_size)
+            for start in self.progress_bar(starts, "encoding texts", len(captions), progress):
+                chunk = captions[start : start + chunk_size]
+                text_embeds[start : start + len(chunk)] = self.encode_texts(
+                    chunk, batch_size, progress=False, prompt_prefix=prompt_prefix
+                )
+            return text_embeds
+        tokens = self.tokenize(captions, prompt_prefix) if captions else None
+        if tokens is None:
+            empty = torch.zeros(0, embedding_dim(self.config.backbone_config))
+            return PACSTextFeatures(text_embeds=empty) if return_tokens else empty
+        lengths = tokens["attention_mask"].sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        text_embeds = torch.empty(len(captions), embedding_dim(self.config.backbone_config))
+        family = backbone_family(self.config.backbone_config)
+        # SigLIP pools the last position: its texts keep the length they were tokenised to.
+        trim_padding = backbone_spec(self.config.backbone_config).text_padding == "longest"
+        full_length = tokens["input_ids"].shape[1]
+        token_embeds = None
+        if return_tokens:
+            token_embeds = torch.zeros(len(captions), tokens["input_ids"].shape[1], text_embeds.shape[1])
+        batches = list(torch.split(order, batch_size))
+        fast = None if return_tokens else self.fast_encoders()
+        with torch.inference_mode():
+            for batch in self.progress_bar(batches, "encoding texts", len(captions), progress):
+                length = int(lengths[batch].max()) if trim_padding else full_length
+                input_ids = tokens["input_ids"][batch, :length].to(self.device)
+                attention_mask = tokens["attention_mask"][batch, :length].to(self.device)
+                if fast is not None:
+                    pooled, projected = fast.encode_texts(input_ids), None
+                else:
+                    pooled, projected = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens)
+                text_embeds[batch] = pooled.float().cpu()
+                if return_tokens:
+                    token_embeds[batch, :length] = projected.float().cpu()
+        if not return_tokens:
+            return text_embeds
+        return PACSTextFeatures(
+            text_embeds=text_embeds,
+            token_embeds=token_embeds,
+            attention_mask=tokens["attention_mask"],
+            input_ids=tokens["input_ids"],
+        )
+
+    def encode_images(
+        self,
+        images: list[ImageInput],
+        batch_size: int = 64,
+        progress: bool | None = None,
+        num_workers: int | None = None,
+        item_indices: list[int] | None = None,
+    ) -> torch.Tensor:
+        """Projected image embeddings `E_v(v)` of `[N, projection_dim]` (unnormalised, fp32).
+
+        Images are decoded and preprocessed in a thread pool (PIL releases the GIL) while the encoder runs.
+        `item_indices` are the indices that error messages name (default: positions in `images`).
+        """
+        images = list(images)
+        batch_size = check_positive_int(batch_size, "image batch_size")
+        if num_workers is not None:
+            num_workers = check_positive_int(num_workers, "num_workers")
+        item_indices = item_indices or list(range(len(images)))
+        cache = self.embedding_cache
+        if cache is not None and not cache.is_filling():
+            return cache.encode(
+                self,
+                "image",
+                images,
+                lambda missing: self.encode_images(
+                    [images[i] for i in missing], batch_size, progress, num_workers, [item_indices[i] for i in missing]
+                ),
+            )
+        preprocess = image_preprocessor(self.config.backbone_config)
+        embeds = torch.empty(len(images), embedding_dim(self.config.backbone_config))
+        num_workers = num_workers or min(8, os.cpu_count() or 1)
+        starts = range(0, len(images), batch_size)
+        dtype = self.clip.vision_model.embeddings.patch_embedding.weight.dtype
+        encode = self.image_batch_encoder()
+        with ThreadPoolExecutor(max_workers=num_workers) as pool, torch.inference_mode():
+            batches = [range(start, min(start + batch_size, len(images))) for start in starts]
+            loaded = prefetch_batches(pool, lambda i: preprocess(images[i], item_indices[i]), batches)
+            for start in self.progress_bar(starts, "encoding images", len(images), progress):
+                indices = range(start, min(start + batch_size, len(images)))
+                pixels = next(loaded)
+                pixel_values = torch.stack(pixels).to(device=self.device, dtype=dtype)
+                embeds[start : start + len(indices)] = encode(pixel_values).float().cpu()
+        return embeds
+
+    # ------------------------------------------------------------------------------------------------ scoring
+    def score(
+        self,
+        images: list[ImageInput],
+        candidates: list[str],
+        references: list[list[str]] | None = None,
+        image_batch_size: int = 64,
+        text_batch_size: int = 256,
+        progress: bool | None = None,
+    ) -> PACSScoreOutput:
+        """Score each candidate caption against its image (Eq. 4) and, with references, Eq. 5.
+
+        Args:
+            images: one image per candidate: paths, bytes, PIL images or arrays. Repeated images (same path, same
+                bytes or array content, same PIL object) are encoded once.
+            candidates: one caption per image. Empty captions are scored (the prompt prefix alone is encoded).
+            references: optional, one non-empty list of reference captions per candidate.
+
+        Returns:
+            [`PACSScoreOutput`] with per-item scores and their corpus means.
+        """
+        candidates = check_captions(candidates)
+        image_batch_size = check_positive_int(image_batch_size, "image_batch_size")
+        text_batch_size = check_positive_int(text_batch_size, "text_batch_size")
+        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        if len(images) != len(candidates):
+            raise ValueError(
+                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate "
+                "(repeat an image for each of its captions; repeated images are encoded once)"
+            )
+        if references is not None:
+            references = check_references(references, len(candidates))
+
+        unique_images, image_index, first_items = deduplicate(images, image_key)
+        texts = list(candidates)
+        reference_owner = []
+        if references is not None:
+            for item, item_references in enumerate(references):
+                texts.extend(item_references)
+                reference_owner.extend([item] * len(item_references))
+        unique_texts, text_index, first_texts = deduplicate(texts, lambda text: text)
+
+        # Errors name the first item that uses a broken image, not its position among the unique images.
+        unique_image_embeds = self.encode_images(unique_images, image_batch_size, progress, item_indices=first_items)
+        check_finite(unique_image_embeds, [f"image {item}" for item in first_items])
+        image_embeds = unique_image_embeds[image_index]
+        unique_text_embeds = self.encode_texts(unique_texts, text_batch_size, progress=progress)
+        check_finite(
+            unique_text_embeds,
+            [
+                f"candidate {position}"
+                if position < len(candidates)
+                else f"a reference of item {reference_owner[position - len(candidates)]}"
+                for position in first_texts
+            ],
+        )
+        text_embeds = unique_text_embeds[text_index]
+        candidate_embeds = text_embeds[: len(candidates)]
+
+        w = self.config.w
+        cosines = cosine_similarity(image_embeds, candidate_embeds)
+        scores = reference_free_score(image_embeds, candidate_embeds, w)
+        output = PACSScoreOutput(scores=scores, mean_score=mean_or_nan(scores), image_text_cosines=cosines)
+        if references is not None:
+            similarities = max_reference_similarity(
+                candidate_embeds, text_embeds[len(candidates) :], torch.tensor(reference_owner, dtype=torch.long)
+            )
+            output.reference_similarities = similarities
+            output.ref_scores = harmonic_mean(scores, similarities)
+            output.mean_ref_score = mean_or_nan(output.ref_scores)
+        return output
+
+    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        """Reference-free scores (Eq. 4) of aligned batches of preprocessed images and tokenized captions."""
+        family = backbone_family(self.config.backbone_config)
+        image_embeds = encode_image_batch(self.clip, family, pixel_values)
+        text_embeds, _ = encode_text_batch(self.clip, family, input_ids, attention_mask, return_tokens=False)
+        return PACSScoreOutput(
+            scores=reference_free_score(image_embeds, text_embeds, self.config.w),
+            image_text_cosines=cosine_similarity(image_embeds, text_embeds),
+        )
+
+    def fast_encoders(self) -> FastCLIPEncoders | None:
+        """The packed fast path of `fast_clip` for this model's current weights, or None where it does not apply
+        (`fast_cpu_encoders=False`, not a CLIP backbone, not fp32 on CPU, an unmerged adapter, training mode).
+        Rebuilt when a weight is replaced or changed in place."""
+        if not self.fast_cpu_encoders or self.clip.training or backbone_family(self.config.backbone_config) != "clip":
+            self._fast_encoders.clear()
+            return None
+        return self._fast_encoders.get(self.clip)
+
+    def image_batch_encoder(self):
+        """`pixel_values [B, 3, H, W] -> [B, projection_dim]` for images and video frames: `fast_clip` where it
+        applies, else transformers' forward."""
+        fast = self.fast_encoders()
+        if fast is not None:
+            return fast.encode_images
+        return partial(encode_image_batch, self.clip, backbone_family(self.config.backbone_config))
+
+    @staticmethod
+    def progress_bar(iterable, description: str, num_items: int, progress: bool | None):
+        """Wrap `iterable` in a tqdm bar when asked to, or automatically for long jobs."""
+        show = progress if progress is not None else num_items > PROGRESS_THRESHOLD
+        if not show:
+            return iterable
+        return logging.tqdm(iterable, desc=description, unit="batch")
+
+
+def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
+    """Unique items in first-seen order, for each input item the index of its unique copy, and for each unique item
+    the position of its first occurrence in `items`."""
+    positions: dict = {}
+    unique = []
+    first_seen = []
+    index = []
+    for position, item in enumerate(items):
+        item_key = key(item)
+        if item_key not in positions:
+            positions[item_key] = len(unique)
+            unique.append(item)
+            first_seen.append(position)
+        index.append(positions[item_key])
+    return unique, torch.tensor(index, dtype=torch.long), first_seen
+
+
+def check_finite(embeds: torch.Tensor, names: list[str]):
+    """A NaN or infinite embedding means broken weights (or an fp16 overflow): raise instead of scoring it."""
+    finite = torch.isfinite(embeds).all(dim=-1)
+    if not bool(finite.all()):
+        first = int((~finite).nonzero()[0])
+        raise ValueError(
+            f"the model produced a non-finite embedding for {names[first]}: its weights contain NaN/Inf, or fp16 "
+            "overflowed. Check the checkpoint (re-convert it), or score in fp32"
+        )
+
+
+def check_tokenizer(tokenizer, backbone_config, name_or_path: str):
+    """A model folder missing its tokenizer files can load a stub tokenizer that maps every caption alike."""
+    text_config = getattr(backbone_config, "text_config", backbone_config)
+    vocab_size = getattr(text_config, "vocab_size", None)
+    if vocab_size and abs(len(tokenizer) - vocab_size) > 0.01 * vocab_size:
+        present = sorted(path.name for path in Path(name_or_path).glob("*")) if Path(name_or_path).is_dir() else []
+        expected = [name for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")]
+        missing = [name for name in expected if present and name not in present]
+        raise OSError(
+            f"the tokenizer loaded from '{name_or_path}' has {len(tokenizer)} tokens but the model's vocabulary has "
+            f"{vocab_size}: the tokenizer files are missing or belong to another model"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+            + ". Copy the tokenizer files of the backbone into the folder (e.g. from the directory it was converted "
+            "or trained from)"
+        )
+
+
+def mean_or_nan(values: torch.Tensor) -> float:
+    return float(values.mean()) if values.numel() else float("nan")
+
+
+def set_adapter_base_model(adapter_directory: Path, base_model_id: str):
+    """PEFT records the local path of the base model; a published adapter must name its Hub id instead."""
+    config_path = Path(adapter_directory) / "adapter_config.json"
+    adapter_config = json.loads(config_path.read_text())
+    adapter_config["base_model_name_or_path"] = base_model_id
+    config_path.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n")
+
+
+def make_world_readable(directory: Path):
+    """safetensors writes files with mode 0600; files meant for the Hub and for other users need 0644."""
+    for path in Path(directory).rglob("*"):
+        if path.is_file():
+            path.chmod(0o644)
+
+
+__all__ = ["PACSModel", "PACSPreTrainedModel", "PACSScoreOutput", "PACSTextFeatures"]
