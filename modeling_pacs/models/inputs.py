@@ -329,7 +329,25 @@ def load_and_preprocess_squashed(
     return preprocess_image_squashed(load_image(image, index, composite_alpha=True), height, width, mean, std)
 
 
+def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
+    """Unique items in first-seen order, for each input item the index of its unique copy, and for each unique item
+    the position of its first occurrence in `items`."""
+    positions: dict = {}
+    unique = []
+    first_seen = []
+    index = []
+    for position, item in enumerate(items):
+        item_key = key(item)
+        if item_key not in positions:
+            positions[item_key] = len(unique)
+            unique.append(item)
+            first_seen.append(position)
+        index.append(positions[item_key])
+    return unique, torch.tensor(index, dtype=torch.long), first_seen
+
+
 __all__ = [
+    "deduplicate",
     "OPENAI_CLIP_MEAN",
     "OPENAI_CLIP_STD",
     "check_captions",

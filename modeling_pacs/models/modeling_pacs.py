@@ -30,11 +30,12 @@ from .inputs import (
     check_captions,
     check_positive_int,
     check_references,
+    deduplicate,
     image_key,
     prefetch_batches,
     prepare_caption,
 )
-from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, reference_free_score
+from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, mean_or_nan, reference_free_score
 from .video_scoring import VideoScoringMixin
 
 logger = logging.get_logger(__name__)
@@ -572,23 +573,6 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         return logging.tqdm(iterable, desc=description, unit="batch")
 
 
-def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
-    """Unique items in first-seen order, for each input item the index of its unique copy, and for each unique item
-    the position of its first occurrence in `items`."""
-    positions: dict = {}
-    unique = []
-    first_seen = []
-    index = []
-    for position, item in enumerate(items):
-        item_key = key(item)
-        if item_key not in positions:
-            positions[item_key] = len(unique)
-            unique.append(item)
-            first_seen.append(position)
-        index.append(positions[item_key])
-    return unique, torch.tensor(index, dtype=torch.long), first_seen
-
-
 def check_finite(embeds: torch.Tensor, names: list[str]):
     """A NaN or infinite embedding means broken weights (or an fp16 overflow): raise instead of scoring it."""
     finite = torch.isfinite(embeds).all(dim=-1)
@@ -615,10 +599,6 @@ def check_tokenizer(tokenizer, backbone_config, name_or_path: str):
             + ". Copy the tokenizer files of the backbone into the folder (e.g. from the directory it was converted "
             "or trained from)"
         )
-
-
-def mean_or_nan(values: torch.Tensor) -> float:
-    return float(values.mean()) if values.numel() else float("nan")
 
 
 def set_adapter_base_model(adapter_directory: Path, base_model_id: str):

@@ -27,16 +27,9 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
-from .inputs import ImageInput, check_captions, check_references, image_key
-from .modeling_pacs import (
-    PACSModel,
-    deduplicate,
-    hub_download_kwargs,
-    load_or_explain,
-    make_world_readable,
-    mean_or_nan,
-)
-from .scoring import max_by_owner, polos_features, polos_head, scalar_mix
+from .inputs import ImageInput, check_captions, check_references, deduplicate, image_key
+from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
+from .scoring import max_by_owner, mean_or_nan, polos_features, polos_head, scalar_mix
 
 logger = logging.get_logger(__name__)
 

@@ -274,12 +274,6 @@ def video_scores(
     return VideoMatchScores(precision, recall, f, coarse, coarse_fine_score(coarse, f))
 
 
-def max_per_item(values: torch.Tensor, owner: torch.Tensor, num_items: int) -> torch.Tensor:
-    """For each item, the maximum of `values` over the entries it owns (every item owns at least one)."""
-    best = torch.full((num_items,), -math.inf, dtype=values.dtype, device=values.device)
-    return best.scatter_reduce(0, owner, values, reduce="amax")
-
-
 def reference_video_scores(
     candidate_tokens: torch.Tensor,
     candidate_mask: torch.Tensor,
@@ -303,7 +297,7 @@ def reference_video_scores(
         last_token_embeds(candidate_tokens, candidate_mask), last_token_embeds(reference_tokens, reference_mask)
     )
     precision, recall, f, coarse = (
-        max_per_item(values, reference_owner, num_items) for values in (precision, recall, f, coarse)
+        max_by_owner(values, reference_owner, num_items) for values in (precision, recall, f, coarse)
     )
     return VideoMatchScores(precision, recall, f, coarse, coarse_fine_score(coarse, f))
 
@@ -342,7 +336,13 @@ def pearl_huber_loss(
     return image_term + reference_term
 
 
+def mean_or_nan(values: torch.Tensor) -> float:
+    """The mean of a score tensor as a float, NaN for none (an empty batch's corpus score)."""
+    return float(values.mean()) if values.numel() else float("nan")
+
+
 __all__ = [
+    "mean_or_nan",
     "IDFTable",
     "VideoMatchScores",
     "coarse_fine_score",
@@ -355,7 +355,6 @@ __all__ = [
     "idf_table",
     "last_token_embeds",
     "max_by_owner",
-    "max_per_item",
     "max_reference_similarity",
     "normalized_weights",
     "pearl_huber_loss",

@@ -18,12 +18,13 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers.utils import ModelOutput, logging
 
 from .backbones import embedding_dim, image_preprocessor
-from .inputs import check_captions, check_references
+from .inputs import check_captions, check_positive_int, check_references, deduplicate
 from .scoring import (
     IDFTable,
     VideoMatchScores,
     combined_video_scores,
     idf_table,
+    mean_or_nan,
     reference_video_scores,
     video_scores,
 )
@@ -85,13 +86,6 @@ class PACSVideoScoreOutput(ModelOutput):
     reference_scores: torch.FloatTensor | None = None
     mean_reference_score: float | None = None
     num_frames: torch.LongTensor | None = None
-
-
-def check_positive_int(value, name: str) -> int:
-    """A positive integer parameter, or an error naming it."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def batched(iterable, size: int):
@@ -237,7 +231,6 @@ class VideoScoringMixin:
         >>> out.scores, out.video_precision, out.video_recall, out.video_coarse
         ```
         """
-        from .modeling_pacs import deduplicate, mean_or_nan
 
         candidates = check_captions(candidates)
         if isinstance(videos, (str, os.PathLike, np.ndarray, torch.Tensor)):

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from ..models.inputs import ImageInput, check_captions, check_references, image_key
-from ..models.modeling_pacs import PACSScoreOutput, deduplicate, mean_or_nan
+from ..models.inputs import ImageInput, check_captions, check_references, deduplicate, image_key
+from ..models.modeling_pacs import PACSScoreOutput
 from ..models.modeling_pearl import PearlModel
+from ..models.scoring import mean_or_nan
 from .features import assemble_batch
 
 logger = logging.getLogger(__name__)
