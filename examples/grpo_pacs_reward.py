@@ -40,7 +40,7 @@ def tiny_llava(seed: int = 0):
     """A random LLaVA (CLIP vision tower + Llama decoder, width 32) and its processor, built offline."""
     from transformers import CLIPImageProcessorPil, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
-    from modeling_pacs.tiny import build_clip_tokenizer
+    from modeling_pacs.tokenization import build_clip_tokenizer
 
     tokenizer = build_clip_tokenizer()
     tokenizer.add_tokens(["<image>"], special_tokens=True)

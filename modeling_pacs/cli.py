@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .jobs import write_text_atomically
 from .loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
-from .outputs import check_output_directory, check_output_file, strict_json
+from .output_paths import check_output_directory, check_output_file, strict_json
 from .video_cli import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
@@ -339,7 +339,7 @@ def main(argv: list[str] | None = None):
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
     tiny.add_argument("--backbone", choices=["clip", "siglip", "siglip2"], default="clip", help="tiny towers' family")
-    from .convert import build_parser as build_convert_parser
+    from .pacs.convert import build_parser as build_convert_parser
 
     build_convert_parser(commands.add_parser("convert", help="convert an official PAC-S / PAC-S++ checkpoint"))
     from .polos.convert import build_parser as build_convert_polos_parser
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None):
         except (OSError, ValueError, TypeError) as error:
             raise SystemExit(f"pacs-pp score: error: {error}") from None
     elif args.command == "make-tiny":
-        from .tiny import make_tiny_model
+        from .testing.pacs import make_tiny_model
 
         try:
             check_output_directory(args.output, overwrite=args.overwrite)
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None):
         make_tiny_model(args.output, variant=args.variant, seed=args.seed, backbone=args.backbone)
         print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
     elif args.command == "convert":
-        from .convert import run_conversion
+        from .pacs.convert import run_conversion
 
         return run_conversion(args)
     elif args.command == "convert-polos":
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None):
 
         return run_polos_conversion(args)
     elif args.command == "register-metric":
-        from .metric_registration import register_metric
+        from .metric_module.registration import register_metric
 
         for copy in register_metric(args.modules_cache):
             print(f"registered {copy}")

@@ -113,7 +113,7 @@ def check_processor(folder: Path, problems: list[str]):
 def check_model_card(folder: Path, problems: list[str]):
     card = folder / "README.md"
     if not card.is_file():
-        problems.append("README.md (the model card) is missing: render it with modeling_pacs.model_card")
+        problems.append("README.md (the model card) is missing: render it with modeling_pacs.pacs.model_card")
         return
     if not card.read_text(encoding="utf-8").startswith("---\n"):
         problems.append("README.md has no YAML front matter (it must start with a '---' metadata block)")
@@ -128,14 +128,17 @@ def check_model_card(folder: Path, problems: list[str]):
         problems.append(f"README.md metadata lacks {', '.join(missing)}")
 
 
-def save_remote_code_model(model, directory: str | os.PathLike) -> None:
+def save_remote_code_model(model, directory: str | os.PathLike, processor=None) -> None:
     """Save config, weights and remote code so that `AutoModel.from_pretrained(directory, trust_remote_code=True)`
-    loads the model in a fresh process, with the files world-readable (mode 0644) for the Hub and other users."""
+    loads the model in a fresh process (and, with `processor`, `AutoProcessor.from_pretrained(directory)` too), with
+    the files world-readable (mode 0644) for the Hub and other users."""
     from .models.modeling_pacs import make_world_readable
 
     type(model.config).register_for_auto_class()
     type(model).register_for_auto_class("AutoModel")
     model.save_pretrained(directory)
+    if processor is not None:
+        processor.save_pretrained(directory)
     make_world_readable(Path(directory))
 
 

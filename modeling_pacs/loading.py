@@ -69,8 +69,8 @@ TINY_SEED = 1
 
 def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> Path:
     """A random tiny model saved once per variant and backbone under the user's cache (offline smoke runs, tests)."""
-    from .polos.tiny import make_tiny_polos_model
-    from .tiny import make_tiny_model
+    from .testing.pacs import make_tiny_model
+    from .testing.polos import make_tiny_polos_model
 
     cache = Path(os.environ.get("PACS_PP_CACHE", Path.home() / ".cache" / "pacs_pp"))
     directory = cache / f"tiny-{'' if backbone == 'clip' else backbone + '-'}{variant}-seed{TINY_SEED}"
@@ -80,7 +80,7 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
         if variant == "polos":
             make_tiny_polos_model(temporary, seed=TINY_SEED)
         elif variant == "pearl":
-            from .pearl.tiny import make_tiny_pearl
+            from .testing.pearl import make_tiny_pearl
 
             make_tiny_pearl(temporary, seed=TINY_SEED)
         else:

@@ -23,7 +23,7 @@ from PIL import Image
 
 from modeling_pacs.loading import resolve_device
 from modeling_pacs.models.modeling_pacs import PACSModel
-from modeling_pacs.tiny import (
+from modeling_pacs.testing.pacs import (
     TINY_WORDS,
     build_siglip_tokenizer,
     make_tiny_model,

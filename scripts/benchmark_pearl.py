@@ -23,8 +23,8 @@ import torch
 
 from modeling_pacs import PACSModel, PearlConfig, PearlModel
 from modeling_pacs.pearl.scorer import PearlScorer
-from modeling_pacs.pearl.tiny import make_tiny_pearl
-from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pearl import make_tiny_pearl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_speed import best_time, make_workload  # noqa: E402

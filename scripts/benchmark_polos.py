@@ -21,8 +21,9 @@ from benchmark_speed import WORDS, best_time, make_workload
 from modeling_pacs.loading import load_model, resolve_device
 from modeling_pacs.models.configuration_polos import PolosConfig
 from modeling_pacs.models.modeling_polos import PolosModel
-from modeling_pacs.polos.tiny import build_tiny_roberta_tokenizer
-from modeling_pacs.tiny import build_clip_tokenizer, make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.polos import build_tiny_roberta_tokenizer
+from modeling_pacs.tokenization import build_clip_tokenizer
 
 
 def positive_int(value: str) -> int:

@@ -28,7 +28,8 @@ from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer
 from modeling_pacs.cli import write_atomically
 from modeling_pacs.models.embedding_cache import EmbeddingCache
-from modeling_pacs.tiny import build_clip_tokenizer, make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.tokenization import build_clip_tokenizer
 
 WORDS = "a an the dog cat man woman red blue green sitting standing on in next to with table beach street grass".split()
 

@@ -57,7 +57,7 @@ from modeling_pacs.models.inputs import (
     preprocess_image,
 )
 from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
-from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
 
 WORDS = (
     "a man woman dog cat child girl boy two three people red blue green black white small large young old "
@@ -462,7 +462,7 @@ def main():
 
     official = None
     if args.official_dir:
-        from modeling_pacs.convert import convert_state_dict
+        from modeling_pacs.pacs.convert import convert_state_dict
 
         official = load_official_code(args.official_dir)
         print("building a PAC-S++ ViT-B/32 checkpoint in the official layout (random weights and LoRA)")

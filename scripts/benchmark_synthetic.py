@@ -1,7 +1,7 @@
 """Throughput of synthetic-positive generation: BLIP captions/s and Stable Diffusion images/s.
 
 Two workloads:
-- `tiny` (default, any machine): the tiny random BLIP and Stable Diffusion pipeline of `modeling_pacs.synthetic.tiny`
+- `tiny` (default, any machine): the tiny random BLIP and Stable Diffusion pipeline of `modeling_pacs.testing.synthetic`
   (widths 32, 2 layers, 32x32 images) through the same `BlipCaptioner` / `StableDiffusionGenerator` as
   `generate_synthetic.py`. It measures the pipeline's overhead, not a real model's cost.
 - `sd15-unet` (needs a GPU): a randomly initialised UNet with Stable Diffusion v1.5's configuration (860M parameters),
@@ -24,7 +24,7 @@ import torch
 from benchmark_speed import best_time
 
 from modeling_pacs.synthetic.generation import BlipCaptioner, GenerationSettings, StableDiffusionGenerator
-from modeling_pacs.synthetic.tiny import make_tiny_blip, make_tiny_stable_diffusion
+from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
 
 # COCO's ~600k human captions (Karpathy train + restval + val: 118,287 images with about 5 captions each).
 COCO_CAPTIONS = 600_000

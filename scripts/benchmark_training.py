@@ -21,14 +21,15 @@ import PIL.Image
 import torch
 
 from modeling_pacs import PACSConfig, PACSModel
-from modeling_pacs.tiny import build_clip_tokenizer, vit_b32_clip_config
-from modeling_pacs.training import (
+from modeling_pacs.pacs.training import (
     RECIPES,
     PACSDataCollator,
     PACSEncoderForTraining,
     pacs_contrastive_loss,
     prepare_model_for_training,
 )
+from modeling_pacs.testing.pacs import vit_b32_clip_config
+from modeling_pacs.tokenization import build_clip_tokenizer
 
 CAPTION = "a man riding a wave on top of a surfboard in the ocean"
 

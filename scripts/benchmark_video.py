@@ -26,7 +26,7 @@ import torch
 
 from modeling_pacs.cli import write_atomically
 from modeling_pacs.models.video import VideoFile, sample_frame_indices
-from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
 
 CAPTIONS = ["a man rides a bike down a hill", "two dogs play in the snow", "a chef cooks pasta in a kitchen"]
 

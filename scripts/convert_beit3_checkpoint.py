@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from modeling_pacs.encoders.beit3 import convert_beit3_checkpoint
-from modeling_pacs.outputs import check_output_directory
+from modeling_pacs.output_paths import check_output_directory
 
 
 def main(argv: list[str] | None = None) -> int:

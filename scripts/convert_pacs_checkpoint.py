@@ -6,7 +6,7 @@ Same as `pacs-pp convert`; run with --help for the variants and examples. The co
 
 import sys
 
-from modeling_pacs.convert import main
+from modeling_pacs.pacs.convert import main
 
 if __name__ == "__main__":
     sys.exit(main())

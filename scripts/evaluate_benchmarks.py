@@ -10,10 +10,10 @@ import logging
 import sys
 from pathlib import Path
 
-from modeling_pacs.benchmarks import BENCHMARKS, BenchmarkOptions
-from modeling_pacs.benchmarks.harness import HarnessConfig, run
-from modeling_pacs.benchmarks.report import format_systems, format_table
-from modeling_pacs.benchmarks.systems import COCO_METRICS
+from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
+from modeling_pacs.evaluation.harness import HarnessConfig, run
+from modeling_pacs.evaluation.report import format_systems, format_table
+from modeling_pacs.evaluation.systems import COCO_METRICS
 
 EPILOG = """
 examples:

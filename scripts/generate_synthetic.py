@@ -33,7 +33,7 @@ from pathlib import Path
 
 from modeling_pacs.data import load_datasets, select_split
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
-from modeling_pacs.outputs import OutputPathError, check_output_directory
+from modeling_pacs.output_paths import OutputPathError, check_output_directory
 from modeling_pacs.synthetic.generation import (
     DEFAULT_CAPTIONER,
     DEFAULT_GENERATOR,

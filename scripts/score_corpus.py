@@ -39,7 +39,7 @@ from modeling_pacs.jobs import (
     write_text_atomically,
 )
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
-from modeling_pacs.outputs import check_output_directory
+from modeling_pacs.output_paths import check_output_directory
 
 logger = logging.getLogger("score_corpus")
 

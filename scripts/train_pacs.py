@@ -27,13 +27,13 @@ from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
+from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import PRETRAINED_MODELS, load_model
-from modeling_pacs.model_card import render_model_card, render_siglip_model_card
 from modeling_pacs.models.backbones import backbone_family
 from modeling_pacs.models.modeling_pacs import PACSModel
-from modeling_pacs.outputs import check_output_directory
-from modeling_pacs.tiny import save_hub_ready
-from modeling_pacs.training import (
+from modeling_pacs.output_paths import check_output_directory
+from modeling_pacs.pacs.model_card import render_model_card, render_siglip_model_card
+from modeling_pacs.pacs.training import (
     LOSS_TYPES,
     RECIPES,
     SYNTHETIC_CAPTION_COLUMN,
@@ -48,6 +48,7 @@ from modeling_pacs.training import (
     prepare_model_for_training,
     required_columns,
 )
+from modeling_pacs.tokenization import build_processor
 
 logger = logging.getLogger("train_pacs")
 
@@ -103,7 +104,7 @@ class DataArguments:
 def write_model_card(
     directory: Path, model: PACSModel, model_args: ModelArguments, lambda_v: float, lambda_t: float, metrics: dict
 ):
-    """The project's model card (modeling_pacs.model_card) with this run's provenance; no reported results."""
+    """The project's model card (modeling_pacs.pacs.model_card) with this run's provenance; no reported results."""
     recipe = RECIPES[model_args.recipe]
     if backbone_family(model.config.backbone_config) == "siglip":
         final_metrics = ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items()))
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None):
     trainer.save_metrics("all", metrics)
     if trainer.is_world_process_zero():
         final_dir = Path(model_args.final_model_dir or Path(training_args.output_dir) / "model")
-        save_hub_ready(model, final_dir)
+        save_remote_code_model(model, final_dir, processor=build_processor(model.config, model.tokenizer))
         write_model_card(final_dir, model, model_args, lambda_v, lambda_t, metrics)
         logger.info(f"Hub-ready model written to {final_dir}")
     return metrics

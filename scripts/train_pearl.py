@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from modeling_pacs.models.configuration_pearl import PearlConfig
-from modeling_pacs.outputs import check_output_directory
+from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.pearl.features import FeatureCache
 from modeling_pacs.pearl.saving import save_pearl
 from modeling_pacs.pearl.training import (

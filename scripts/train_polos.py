@@ -22,7 +22,6 @@ from pathlib import Path
 
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.modeling_polos import PolosModel
-from modeling_pacs.polos.tiny import save_polos_hub_ready
 from modeling_pacs.polos.training import (
     NORMALIZATIONS,
     PolarisCollator,
@@ -32,6 +31,7 @@ from modeling_pacs.polos.training import (
     read_polaris,
 )
 from modeling_pacs.supervised import EARLY_STOPPING
+from modeling_pacs.testing.polos import save_polos_hub_ready
 
 
 def positive_int(value: str) -> int:

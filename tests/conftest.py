@@ -22,7 +22,7 @@ from tests.helpers import random_image  # noqa: E402
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A saved, Hub-ready tiny PAC-S++ directory (random CLIP + random LoRA adapter, real tokenizer)."""
-    from modeling_pacs.tiny import make_tiny_model
+    from modeling_pacs.testing.pacs import make_tiny_model
 
     directory = tmp_path_factory.mktemp("tiny_pacs_pp")
     make_tiny_model(directory, variant="pac_s_pp", seed=0)

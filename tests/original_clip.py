@@ -63,7 +63,7 @@ class OriginalGeometry:
     vision_heads: int = 4
 
 
-# Same geometry as `modeling_pacs.tiny.tiny_clip_config()`: 224 px, patch 32, width 32, 2 layers, 4 heads.
+# Same geometry as `modeling_pacs.testing.pacs.tiny_clip_config()`: 224 px, patch 32, width 32, 2 layers, 4 heads.
 TINY_GEOMETRY = OriginalGeometry()
 
 

@@ -20,7 +20,7 @@ from transformers import TrainingArguments
 from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer
 from modeling_pacs.loading import load_model
-from modeling_pacs.tiny import build_clip_tokenizer
+from modeling_pacs.tokenization import build_clip_tokenizer
 from tests.test_captioner import tiny_captioner
 
 CAPTIONER_SEED = 1

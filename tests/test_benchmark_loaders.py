@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from modeling_pacs.benchmarks import BenchmarkDataError, BenchmarkOptions, load_benchmark
+from modeling_pacs.evaluation import BenchmarkDataError, BenchmarkOptions, load_benchmark
 from tests.benchmark_fixtures import (
     write_activitynet_foil,
     write_flickr8k_json,

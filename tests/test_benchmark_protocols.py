@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from modeling_pacs.benchmarks.protocols import (
+from modeling_pacs.captioning.grammar import grammar_measures, repeated_ngrams
+from modeling_pacs.captioning.grammar import has_incorrect_ending as ends_incorrectly
+from modeling_pacs.evaluation.protocols import (
     accuracy,
     kendall_tau,
     official_round,
@@ -22,8 +24,6 @@ from modeling_pacs.benchmarks.protocols import (
     spearman,
     strictly_greater,
 )
-from modeling_pacs.captioning.grammar import grammar_measures, repeated_ngrams
-from modeling_pacs.captioning.grammar import has_incorrect_ending as ends_incorrectly
 
 
 def test_identical_and_reversed_rankings_give_plus_and_minus_100():

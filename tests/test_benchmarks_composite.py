@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
-from modeling_pacs.benchmarks import BenchmarkDataError, BenchmarkOptions, load_benchmark
+from modeling_pacs.evaluation import BenchmarkDataError, BenchmarkOptions, load_benchmark
 from tests.benchmark_fixtures import write_images, write_rated_csv
 
 HEADER_8K = (

@@ -14,7 +14,7 @@ from modeling_pacs.captioning.training import (
     sequence_log_probs,
     xe_learning_rate_factor,
 )
-from modeling_pacs.tiny import build_clip_tokenizer
+from modeling_pacs.tokenization import build_clip_tokenizer
 
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 

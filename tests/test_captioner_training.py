@@ -18,7 +18,7 @@ from modeling_pacs.captioning.training import (
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.embedding_cache import EmbeddingCache
 from modeling_pacs.models.inputs import load_and_preprocess
-from modeling_pacs.tiny import build_clip_tokenizer
+from modeling_pacs.tokenization import build_clip_tokenizer
 from tests.helpers import caption_rows
 from tests.test_captioner import tiny_captioner
 

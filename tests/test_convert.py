@@ -15,9 +15,9 @@ import yaml
 from PIL import Image
 
 from modeling_pacs.cli import main as pacs_pp_main
-from modeling_pacs.convert import CheckpointError, convert_checkpoint, convert_state_dict, load_official_checkpoint
 from modeling_pacs.hub import ModelDirectoryError, push_model_directory, validate_model_directory
-from modeling_pacs.model_card import render_model_card
+from modeling_pacs.pacs.convert import CheckpointError, convert_checkpoint, convert_state_dict, load_official_checkpoint
+from modeling_pacs.pacs.model_card import render_model_card
 from tests.original_clip import (
     add_official_lora,
     build_open_clip_towers,

@@ -45,9 +45,9 @@ def digest(directory: Path) -> dict:
 def build(name: str, directory: Path):
     """Write the tiny model `name` of directories.json with today's code."""
     from modeling_pacs.captioning import PACSCaptionerConfig, PACSCaptionerForConditionalGeneration
-    from modeling_pacs.pearl.tiny import make_tiny_pearl
-    from modeling_pacs.polos.tiny import make_tiny_polos_model
-    from modeling_pacs.tiny import make_tiny_model
+    from modeling_pacs.testing.pacs import make_tiny_model
+    from modeling_pacs.testing.pearl import make_tiny_pearl
+    from modeling_pacs.testing.polos import make_tiny_polos_model
 
     if name.startswith("pacs:"):
         _, variant, backbone = name.split(":")

@@ -11,7 +11,7 @@ import scipy.stats
 
 from modeling_pacs.captioning.grammar import grammar_measures
 from modeling_pacs.loading import load_model
-from modeling_pacs.tiny import make_tiny_model
+from modeling_pacs.testing.pacs import make_tiny_model
 from tests.benchmark_fixtures import write_activitynet_foil, write_images, write_pascal50s, write_vatex_eval
 from tests.helpers import assert_scores_close
 
@@ -82,7 +82,7 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     cf_run = ("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output", output)
     results = run(*cf_run, "--chunk-size", 10, "--quiet")
     (record,) = results["runs"]
-    from modeling_pacs.benchmarks import load_benchmark
+    from modeling_pacs.evaluation import load_benchmark
 
     items = load_benchmark("flickr8k_cf", crowdflower_dir).items
     unique_texts = {text for item in items for text in [item["candidate"], *item["references"]]}
@@ -283,7 +283,7 @@ def test_system_level_rows(tmp_path, model_dir, model, monkeypatch):
 
 def test_coco_caption_columns_when_pycocoevalcap_is_installed():
     pytest.importorskip("pycocoevalcap", reason="optional: the COCO caption columns need pycocoevalcap")
-    from modeling_pacs.benchmarks.systems import coco_caption_metrics
+    from modeling_pacs.evaluation.systems import coco_caption_metrics
 
     items = [
         {"caption": "a dog runs on the grass", "references": ["a dog runs on the grass", "a dog on grass"]},
@@ -317,7 +317,7 @@ def test_every_metric_family_runs_a_benchmark(crowdflower_dir, family, tmp_path)
         "--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", family,
         "--output", tmp_path / "out", "--quiet",
     )  # fmt: skip
-    from modeling_pacs.benchmarks import load_benchmark
+    from modeling_pacs.evaluation import load_benchmark
 
     items = load_benchmark("flickr8k_cf", crowdflower_dir).items
     model = load_model(family)
@@ -339,7 +339,7 @@ def test_video_benchmarks_score_with_a_model(tmp_path, model_dir, model):
     """VATEX-EVAL and ActivityNet-FOIL with --model: real (tiny) videos through PACSModel.score_videos. VATEX's
     reference-free row equals the per-annotator protocol on a direct score_videos call; ActivityNet-FOIL runs end to
     end on two paired videos (the third has no file and is left out), so its accuracy is 0, 50 or 100."""
-    from modeling_pacs.benchmarks import load_benchmark
+    from modeling_pacs.evaluation import load_benchmark
     from tests.test_video import random_frames, write_video
 
     root, human = write_vatex_eval(tmp_path / "vatex")

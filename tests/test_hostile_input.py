@@ -17,11 +17,11 @@ import torch
 from modeling_pacs import PACSConfig, PACSModel
 from modeling_pacs.cli import main as pacs_pp_main
 from modeling_pacs.cli import score_main
-from modeling_pacs.convert import CheckpointError, load_official_checkpoint
 from modeling_pacs.loading import resolve_device
 from modeling_pacs.models.inputs import MAX_ASPECT_RATIO
-from modeling_pacs.outputs import strict_json
-from modeling_pacs.tiny import make_tiny_model
+from modeling_pacs.output_paths import strict_json
+from modeling_pacs.pacs.convert import CheckpointError, load_official_checkpoint
+from modeling_pacs.testing.pacs import make_tiny_model
 from tests.helpers import random_image
 from tests.original_clip import add_official_lora, build_original_clip
 

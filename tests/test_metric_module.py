@@ -15,8 +15,8 @@ import pytest
 import modeling_pacs
 from modeling_pacs.cli import main
 from modeling_pacs.loading import load_model
-from modeling_pacs.metric_registration import metric_script_path
-from modeling_pacs.tiny import make_tiny_model
+from modeling_pacs.metric_module.registration import metric_script_path
+from modeling_pacs.testing.pacs import make_tiny_model
 from tests.helpers import assert_scores_close
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -118,9 +118,12 @@ def test_remote_code_imports_only_allowed_packages(tiny_model_dir):
 
 
 def test_merged_model_saves_without_adapter_and_reloads_identically(tiny_model, image_paths, tmp_path):
-    from modeling_pacs.tiny import save_hub_ready
+    from modeling_pacs.hub import save_remote_code_model
+    from modeling_pacs.tokenization import build_processor
 
-    save_hub_ready(tiny_model, tmp_path / "merged")
+    save_remote_code_model(
+        tiny_model, tmp_path / "merged", processor=build_processor(tiny_model.config, tiny_model.tokenizer)
+    )
     assert not (tmp_path / "merged" / "adapter").exists()
     assert json.loads((tmp_path / "merged" / "config.json").read_text())["adapter_path"] is None
     reloaded = PACSModel.from_pretrained(tmp_path / "merged", dtype=torch.float32)
@@ -131,10 +134,13 @@ def test_merged_model_saves_without_adapter_and_reloads_identically(tiny_model, 
 
 
 def test_unmerged_model_saves_base_and_adapter_and_reloads_identically(tiny_model_dir, image_paths, tmp_path):
-    from modeling_pacs.tiny import save_hub_ready
+    from modeling_pacs.hub import save_remote_code_model
+    from modeling_pacs.tokenization import build_processor
 
     unmerged = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32, merge_adapter=False)
-    save_hub_ready(unmerged, tmp_path / "unmerged")
+    save_remote_code_model(
+        unmerged, tmp_path / "unmerged", processor=build_processor(unmerged.config, unmerged.tokenizer)
+    )
     assert (tmp_path / "unmerged" / "adapter" / "adapter_model.safetensors").is_file()
     reloaded = PACSModel.from_pretrained(tmp_path / "unmerged", dtype=torch.float32)
     a = reloaded.score(image_paths, CAPTIONS).image_text_cosines

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torchmetrics.functional.multimodal.clip_score import _clip_score_update
 
-from modeling_pacs.tiny import build_clip_processor
+from modeling_pacs.tokenization import build_clip_processor
 from tests.helpers import random_image
 
 
@@ -48,7 +48,7 @@ def test_clip_s_cosines_equal_torchmetrics(tiny_model):
 def test_clip_s_scores_equal_the_original_openai_clip_code():
     """CLIP-S through our engine (our pipelines, tokenizer, dedup) equals OpenAI's `clip/model.py` on the same tiny
     random weights, with the original preprocessing and tokenizer, to <= 1e-5 (features, cosines, Eqs. 4 and 5)."""
-    from modeling_pacs.convert import convert_state_dict
+    from modeling_pacs.pacs.convert import convert_state_dict
     from tests.original_clip import build_original_clip
     from tests.test_convert import TINY_HEAD_DIM, assert_parity, original_code
 

@@ -12,7 +12,7 @@ import torch
 
 from modeling_pacs import PolosModel
 from modeling_pacs.models.scoring import polos_features, scalar_mix
-from modeling_pacs.polos.tiny import make_tiny_polos_model
+from modeling_pacs.testing.polos import make_tiny_polos_model
 from tests.helpers import SCORE_TOLERANCE, assert_scores_close, random_image
 
 # SPEC-polos §1.4: offsets of each block in the feature vector, for text width D and CLIP width P.

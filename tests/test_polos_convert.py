@@ -14,9 +14,9 @@ from transformers import RobertaModel
 
 from modeling_pacs import PolosModel
 from modeling_pacs.cli import main as pacs_pp_main
-from modeling_pacs.convert import CheckpointError
+from modeling_pacs.pacs.convert import CheckpointError
 from modeling_pacs.polos.convert import load_polos_checkpoint
-from modeling_pacs.polos.tiny import build_tiny_roberta_tokenizer, tiny_roberta_config
+from modeling_pacs.testing.polos import build_tiny_roberta_tokenizer, tiny_roberta_config
 from tests.helpers import assert_scores_close, random_image
 from tests.original_clip import (
     build_original_clip,

@@ -10,7 +10,7 @@ import pytest
 from modeling_pacs import PolosModel
 from modeling_pacs.cli import score_main
 from modeling_pacs.loading import load_model
-from modeling_pacs.polos.tiny import make_tiny_polos_model
+from modeling_pacs.testing.polos import make_tiny_polos_model
 from tests.helpers import assert_scores_close
 
 METRIC_DIR = str(Path(__file__).resolve().parents[1] / "metric" / "pacs_pp")

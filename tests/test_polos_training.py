@@ -9,7 +9,6 @@ import torch
 from scipy import stats
 
 from modeling_pacs import PolosModel
-from modeling_pacs.polos.tiny import make_tiny_polos_model
 from modeling_pacs.polos.training import (
     PolarisCollator,
     PolosTrainer,
@@ -18,6 +17,7 @@ from modeling_pacs.polos.training import (
     read_polaris,
 )
 from modeling_pacs.supervised import RowError, regression_metrics
+from modeling_pacs.testing.polos import make_tiny_polos_model
 from tests.helpers import random_image
 
 CANDIDATES = ["a cat on a sofa", "a dog running", "two people riding horses", "a plate of food", "an airplane",

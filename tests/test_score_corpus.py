@@ -16,7 +16,7 @@ import PIL.Image
 import pytest
 
 from modeling_pacs.loading import load_model
-from modeling_pacs.tiny import make_tiny_model
+from modeling_pacs.testing.pacs import make_tiny_model
 from tests.helpers import assert_rows_match, assert_scores_close
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

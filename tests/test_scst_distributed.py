@@ -14,7 +14,7 @@ import torch
 import torch.distributed
 from safetensors.torch import load_file
 
-import modeling_pacs.tiny
+import modeling_pacs.testing.pacs
 from modeling_pacs.loading import tiny_model_directory
 from tests import scst_distributed_worker
 from tests.helpers import SCORE_TOLERANCE, assert_scores_close, caption_rows
@@ -181,7 +181,7 @@ def test_a_half_saved_tiny_model_is_never_published(monkeypatch, tmp_path):
 
     monkeypatch.setenv("PACS_PP_CACHE", str(tmp_path))
     monkeypatch.setenv("RANK", "1")
-    monkeypatch.setattr(modeling_pacs.tiny, "make_tiny_model", save_like_rank_1)
+    monkeypatch.setattr(modeling_pacs.testing.pacs, "make_tiny_model", save_like_rank_1)
     with pytest.raises(
         RuntimeError, match="could not be saved on process 1: transformers writes weights only on rank 0"
     ):

@@ -17,7 +17,7 @@ from transformers import Siglip2Config, SiglipConfig, SiglipImageProcessorPil
 from modeling_pacs import PACSConfig, PACSModel
 from modeling_pacs.models.backbones import multihead_attention_projections
 from modeling_pacs.models.inputs import load_and_preprocess_squashed
-from modeling_pacs.tiny import build_siglip_tokenizer, make_tiny_model, tiny_clip_config, tiny_siglip_config
+from modeling_pacs.testing.pacs import build_siglip_tokenizer, make_tiny_model, tiny_clip_config, tiny_siglip_config
 from tests.helpers import assert_scores_close, random_image
 
 BACKBONES = ["siglip", "siglip2"]

@@ -105,7 +105,7 @@ def test_a_siglip2_checkpoint_with_the_hubs_gemma_tokenizer_gets_lowercasing(tmp
     """SigLIP 2 checkpoints name `GemmaTokenizer`, which does not lowercase; SigLIP 2 was trained on lowercase text."""
     from transformers import GemmaTokenizer, Siglip2Tokenizer
 
-    from modeling_pacs.tiny import tiny_gemma_bpe
+    from modeling_pacs.testing.pacs import tiny_gemma_bpe
 
     tiny = load_model("tiny-siglip2:clip_s")
     plain = tmp_path / "siglip2-checkpoint"

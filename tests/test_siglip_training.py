@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from modeling_pacs import PACSModel
-from modeling_pacs.tiny import build_siglip_tokenizer, make_tiny_model, tiny_siglip_config
-from modeling_pacs.training import (
+from modeling_pacs.pacs.training import (
     RECIPES,
     pacs_contrastive_loss,
     prepare_model_for_training,
     sigmoid_contrastive_loss,
 )
+from modeling_pacs.testing.pacs import build_siglip_tokenizer, make_tiny_model, tiny_siglip_config
 from tests.test_training import load_base, make_trainer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -32,7 +32,7 @@ from gradio_client.exceptions import AppError
 from playwright.sync_api import expect, sync_playwright
 
 from modeling_pacs.loading import load_model
-from modeling_pacs.tiny import make_tiny_model
+from modeling_pacs.testing.pacs import make_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 APP = REPO_ROOT / "space" / "app.py"

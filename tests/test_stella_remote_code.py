@@ -21,7 +21,7 @@ from transformers import AutoConfig
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from modeling_pacs.encoders.stella import StellaEncoder, extended_attention_mask
-from modeling_pacs.pearl.tiny import TINY_VOCAB, write_bert_tokenizer
+from modeling_pacs.testing.pearl import TINY_VOCAB, write_bert_tokenizer
 from tests.pearl_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
 NEW_IMPL_FILES = ("configuration.py", "modeling.py")

@@ -21,7 +21,7 @@ import torch
 
 from modeling_pacs.synthetic import GenerationSettings, StableDiffusionGenerator, generate_shard
 from modeling_pacs.synthetic.generation import SourceImage
-from modeling_pacs.synthetic.tiny import make_tiny_blip, make_tiny_stable_diffusion
+from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "generate_synthetic.py"
@@ -367,7 +367,7 @@ def test_argument_parser_refuses_non_positive_counts(workspace, tmp_path, capsys
 
 def test_train_pacs_trains_on_the_generated_data(workspace, tmp_path):
     from modeling_pacs.synthetic import load_synthetic_dataset
-    from modeling_pacs.tiny import make_tiny_model
+    from modeling_pacs.testing.pacs import make_tiny_model
 
     root = workspace["root"]
     usable = load_synthetic_dataset(root / "reference")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from modeling_pacs.models.inputs import prepare_caption
-from modeling_pacs.tiny import build_clip_tokenizer
+from modeling_pacs.tokenization import build_clip_tokenizer
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

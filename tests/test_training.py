@@ -17,8 +17,8 @@ import torch.multiprocessing as mp
 from transformers import CLIPModel, TrainingArguments
 
 from modeling_pacs import PACSModel
-from modeling_pacs.tiny import make_tiny_model, save_hub_ready, tiny_clip_config
-from modeling_pacs.training import (
+from modeling_pacs.hub import save_remote_code_model
+from modeling_pacs.pacs.training import (
     RECIPES,
     PACSDataCollator,
     PACSEncoderForTraining,
@@ -31,6 +31,8 @@ from modeling_pacs.training import (
     prepare_training_dataset,
     required_columns,
 )
+from modeling_pacs.testing.pacs import make_tiny_model, tiny_clip_config
+from modeling_pacs.tokenization import build_processor
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NUM_TRAIN_ROWS = 16
@@ -403,7 +405,7 @@ def test_hub_ready_artifact_reproduces_trained_scores(trained_pacs_pp, workspace
         "references": [[row["synthetic_caption"]] for row in rows],
     }
     expected = model.score(items["images"], items["captions"], references=items["references"])
-    save_hub_ready(model, tmp_path / "artifact")
+    save_remote_code_model(model, tmp_path / "artifact", processor=build_processor(model.config, model.tokenizer))
     adapter_config = json.loads((tmp_path / "artifact" / "adapter" / "adapter_config.json").read_text())
     assert "patch_embedding" in adapter_config["target_modules"]
     assert adapter_config["base_model_name_or_path"] == "openai/clip-vit-base-patch32"

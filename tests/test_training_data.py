@@ -33,9 +33,7 @@ from modeling_pacs.data import (
 )
 from modeling_pacs.data import sources as sources_module
 from modeling_pacs.jobs import ShardedJob
-from modeling_pacs.synthetic.generation import ROW_GROUP_ROWS, item_seed, rewrite_row_groups, write_parquet
-from modeling_pacs.tiny import make_tiny_model
-from modeling_pacs.training import (
+from modeling_pacs.pacs.training import (
     RECIPES,
     PACSDataCollator,
     PACSEncoderForTraining,
@@ -44,6 +42,8 @@ from modeling_pacs.training import (
     prepare_model_for_training,
     required_columns,
 )
+from modeling_pacs.synthetic.generation import ROW_GROUP_ROWS, item_seed, rewrite_row_groups, write_parquet
+from modeling_pacs.testing.pacs import make_tiny_model
 from tests.training_data_reference import old_training_splits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -306,7 +306,7 @@ def test_other_trainers_readers_keep_images_on_disk(tmp_path, guard_tables):
     from modeling_pacs.data import ImageReference, resolve_references
     from modeling_pacs.polos.training import PolarisCollator, read_polaris
     from modeling_pacs.synthetic.generation import dataset_images
-    from modeling_pacs.tiny import build_clip_tokenizer
+    from modeling_pacs.tokenization import build_clip_tokenizer
 
     images = [png(seed) for seed in range(3)]
     # Captioner: one caption per row, images as bytes; rows 0 and 2 hold the same image and are grouped.

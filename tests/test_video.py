@@ -68,7 +68,7 @@ def output_components(output, with_references: bool) -> np.ndarray:
 # --------------------------------------------------------------------------------- parity with the original code
 @pytest.fixture(scope="module")
 def original_and_ours():
-    from modeling_pacs.convert import convert_state_dict
+    from modeling_pacs.pacs.convert import convert_state_dict
     from tests.test_convert import TINY_HEAD_DIM
 
     original = build_original_clip(activation="quick_gelu", seed=5)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import datasets
 
-from modeling_pacs.training import prepare_training_dataset
+from modeling_pacs.pacs.training import prepare_training_dataset
 
 
 def load_karpathy_rows(karpathy_json, image_root, splits):

@@ -14,10 +14,10 @@ import PIL.Image
 import torch
 
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
-from modeling_pacs.model_card import CITATION
+from modeling_pacs.metric_module.video import check_video_batch, compute_video_results
 from modeling_pacs.models.inputs import check_captions, check_references, describe_image
 from modeling_pacs.models.modeling_pacs import PACSModel
-from modeling_pacs.video_metric import check_video_batch, compute_video_results
+from modeling_pacs.pacs.model_card import CITATION
 
 _CITATION = (
     CITATION

@@ -44,7 +44,7 @@ class PearlScorer:
 
     ```python
     >>> from modeling_pacs.pearl.scorer import PearlScorer
-    >>> from modeling_pacs.pearl.tiny import make_tiny_pearl
+    >>> from modeling_pacs.testing.pearl import make_tiny_pearl
     >>> scorer = PearlScorer.from_pretrained(make_tiny_pearl("/tmp/tiny-pearl"))  # random weights
     >>> out = scorer.score(["cat.jpg"], ["a cat on a sofa"], references=[["a cat sleeping"]])
     >>> out.scores, out.ref_scores  # Pearl-img (reference-free) and Pearl (Eq. 3)

@@ -29,7 +29,10 @@ import torch
 import yaml
 from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
-from ..convert import (
+from ..models.configuration_polos import PolosConfig
+from ..models.modeling_polos import PolosModel
+from ..output_paths import check_output_directory, staged_directory
+from ..pacs.convert import (
     OPENAI_HEAD_DIM,
     CheckpointError,
     clip_config_for,
@@ -38,11 +41,8 @@ from ..convert import (
     layout_message,
     to_transformers_state_dict,
 )
-from ..models.configuration_polos import PolosConfig
-from ..models.modeling_polos import PolosModel
-from ..outputs import check_output_directory, staged_directory
-from ..tiny import build_clip_tokenizer
-from .tiny import save_polos_hub_ready
+from ..testing.polos import save_polos_hub_ready
+from ..tokenization import build_clip_tokenizer
 
 # Globals a Lightning 1.2 checkpoint of Polos names (callback states keyed by class), as (module, name).
 ALLOWED_LIGHTNING_GLOBALS = (

@@ -245,7 +245,7 @@ class BlipCaptioner:
 
     ```python
     >>> import tempfile, PIL.Image
-    >>> from modeling_pacs.synthetic.tiny import make_tiny_blip
+    >>> from modeling_pacs.testing.synthetic import make_tiny_blip
     >>> captioner = BlipCaptioner(GenerationSettings(captioner=str(make_tiny_blip(tempfile.mkdtemp()))), "cpu")
     >>> len(captioner([PIL.Image.new("RGB", (64, 48))]))  # random tiny weights: random words
     1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import Benchmark, BenchmarkOptions, data_error, read_json, require_file, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, data_error, read_json, require_file, scores_for
 from .protocols import overlapping_references, paired_accuracy, per_annotator_correlations
 
 logger = logging.getLogger("pacs_pp.benchmarks")

@@ -8,7 +8,7 @@ Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official cod
 from pathlib import Path
 
 from . import composite
-from .data import Benchmark, BenchmarkOptions, first_existing, logger, read_rated_csv, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, first_existing, logger, read_rated_csv, scores_for
 from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import kendall_tau, official_round, pearson, remove_true_caption, spearman
 

@@ -10,7 +10,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from .data import (
+from .benchmark import (
     Benchmark,
     BenchmarkOptions,
     data_error,

@@ -22,7 +22,7 @@ from transformers import (
 
 from ..models.configuration_pearl import PearlConfig
 from ..models.modeling_pearl import PearlModel
-from .saving import save_pearl
+from ..pearl.saving import save_pearl
 
 # A word-piece vocabulary big enough for the captions the tests write.
 TINY_WORDS = (
@@ -176,7 +176,7 @@ def tiny_pearl_model_config() -> PearlConfig:
 
 def make_tiny_pearl(directory: str | Path, seed: int = 0) -> Path:
     """Save a complete tiny Pearl directory: the model plus `encoders/{clip,beit3,blip2,stella}`."""
-    from ..tiny import make_tiny_model
+    from .pacs import make_tiny_model
 
     directory = Path(directory)
     make_tiny_model(directory / "encoders" / "clip", variant="pac_s_pp", seed=seed)

@@ -32,7 +32,7 @@ import math
 import re
 from pathlib import Path, PurePosixPath
 
-from .data import (
+from .benchmark import (
     Benchmark,
     BenchmarkOptions,
     data_error,

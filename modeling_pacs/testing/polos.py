@@ -10,7 +10,8 @@ from transformers import RobertaConfig, RobertaTokenizer
 from ..hub import save_remote_code_model
 from ..models.configuration_polos import PolosConfig
 from ..models.modeling_polos import PolosModel
-from ..tiny import build_clip_tokenizer, tiny_clip_config
+from ..tokenization import build_clip_tokenizer
+from .pacs import tiny_clip_config
 
 # Text the tiny BPE is trained on: enough for common caption words to become single tokens.
 TINY_CORPUS = [
@@ -34,7 +35,7 @@ tags:
 ---
 # Tiny random Polos model (tests and offline smoke runs only)
 
-Built by `modeling_pacs.polos.tiny.make_tiny_polos_model(seed={seed})`: CLIP towers and a RoBERTa of width
+Built by `modeling_pacs.testing.polos.make_tiny_polos_model(seed={seed})`: CLIP towers and a RoBERTa of width
 {width} with RANDOM weights, the real CLIP tokenizer and a small byte-level BPE tokenizer trained in code. Its scores
 are meaningless.
 """

@@ -28,9 +28,9 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_callback import ExportableState
 from transformers.utils import ModelOutput, logging
 
-from .data.synthetic_pairs import SYNTHETIC_CAPTION_COLUMN, SYNTHETIC_IMAGE_COLUMN
-from .jobs import write_text_atomically
-from .models.backbones import (
+from ..data.synthetic_pairs import SYNTHETIC_CAPTION_COLUMN, SYNTHETIC_IMAGE_COLUMN
+from ..jobs import write_text_atomically
+from ..models.backbones import (
     backbone_family,
     default_w,
     encode_image_batch,
@@ -39,12 +39,12 @@ from .models.backbones import (
     multihead_attention_projections,
     projection_modules,
 )
-from .models.modeling_pacs import PACSModel
+from ..models.modeling_pacs import PACSModel
 
 if TYPE_CHECKING:
     import datasets
 
-    from .data.sources import RowSource
+    from ..data.sources import RowSource
 
 logger = logging.get_logger(__name__)
 
@@ -261,7 +261,7 @@ class PACSEncoderForTraining(nn.Module):
     Example:
 
     ```python
-    >>> from modeling_pacs.tiny import make_tiny_model
+    >>> from modeling_pacs.testing.pacs import make_tiny_model
     >>> encoder = PACSEncoderForTraining(make_tiny_model(variant="clip_s"))
     ```
     """
@@ -293,7 +293,7 @@ def prepare_model_for_training(model: PACSModel, recipe: TrainingRecipe) -> PACS
     Example:
 
     ```python
-    >>> from modeling_pacs.tiny import make_tiny_model
+    >>> from modeling_pacs.testing.pacs import make_tiny_model
     >>> model = prepare_model_for_training(make_tiny_model(variant="clip_s"), RECIPES["pac_s_pp"])
     >>> "patch_embedding" in model.config.lora_target_modules
     True
@@ -390,7 +390,7 @@ class PACSDataCollator:
     Example:
 
     ```python
-    >>> from modeling_pacs.tiny import make_tiny_model
+    >>> from modeling_pacs.testing.pacs import make_tiny_model
     >>> collator = PACSDataCollator(make_tiny_model(variant="clip_s"), use_synthetic_images=False)
     >>> batch = collator([{"image": "cat.jpg", "caption": "a cat", "synthetic_caption": "a cat on a sofa"}])
     >>> sorted(batch)
@@ -618,7 +618,7 @@ def load_training_data(
     row tables go to `data_dir`. Or any `datasets` dataset with the columns `image`, `caption`, `synthetic_image`,
     `synthetic_caption` (`dataset`: a Hub id or a `save_to_disk` folder), memory-mapped by `datasets` itself.
     """
-    from .data import karpathy_training_rows, load_datasets, select_split
+    from ..data import karpathy_training_rows, load_datasets, select_split
 
     image_sources: dict = {}
     if karpathy_json:

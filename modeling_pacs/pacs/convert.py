@@ -15,7 +15,7 @@ tensors (`attn.in_proj_weight_lora_A/B`, `attn.out_proj.lora_A/B`, `mlp.c_fc.lor
 Example:
 
 ```python
->>> from modeling_pacs.convert import convert_checkpoint
+>>> from modeling_pacs.pacs.convert import convert_checkpoint
 >>> result = convert_checkpoint("PAC++_clip_ViT-B-32.pth", "pac_s_pp_vit_b32", "pac-s-pp-vit-b32")
 >>> result.model.score(["cat.jpg"], ["a cat on a sofa"]).scores
 ```
@@ -33,11 +33,12 @@ from pathlib import Path
 import torch
 from transformers import CLIPConfig
 
+from ..hub import save_remote_code_model
+from ..models.configuration_pacs import PACSConfig
+from ..models.modeling_pacs import PACSModel
+from ..output_paths import check_output_directory, staged_directory
+from ..tokenization import build_clip_tokenizer, build_processor
 from .model_card import render_model_card
-from .models.configuration_pacs import PACSConfig
-from .models.modeling_pacs import PACSModel
-from .outputs import check_output_directory, staged_directory
-from .tiny import build_clip_tokenizer, save_hub_ready
 
 LORA_MODES = ("official", "full")
 # Official custom-loralib settings of PAC-S++ (SPEC §4): rank from the tensors, alpha 1, so scaling = 1 / rank.
@@ -684,7 +685,9 @@ def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike
     output_dir = Path(output_dir)
     check_output_directory(output_dir, overwrite=overwrite)
     with staged_directory(output_dir) as staging:
-        save_hub_ready(converted.model, staging)
+        save_remote_code_model(
+            converted.model, staging, processor=build_processor(converted.model.config, converted.model.tokenizer)
+        )
         card = render_model_card(
             converted.variant.name,
             lora_mode=converted.lora_mode,
@@ -818,7 +821,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 def run_conversion(args: argparse.Namespace) -> int:
     """Run a parsed conversion command; errors about the input print one clear line and return 2."""
-    from .hub import push_model_directory
+    from ..hub import push_model_directory
 
     try:
         convert_checkpoint(

@@ -11,7 +11,7 @@ References: the image's COCO captions minus those string-equal to the true capti
 
 from pathlib import Path
 
-from .data import Benchmark, BenchmarkOptions, data_error, first_existing, read_json, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, data_error, first_existing, read_json, scores_for
 from .protocols import accuracy, remove_true_caption, strictly_greater
 
 TITLE = "FOIL"

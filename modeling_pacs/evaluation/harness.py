@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..cli import write_atomically
-from ..outputs import check_output_directory
+from ..output_paths import check_output_directory
 from . import BENCHMARKS, load_benchmark
-from .data import Benchmark, BenchmarkOptions, checksum
+from .benchmark import Benchmark, BenchmarkOptions, checksum
 from .report import benchmark_rows, paper_name, write_reports
 from .runner import SCORE_COLUMNS, score_image_items, score_video_items
 from .systems import COCO_METRICS, evaluate_systems

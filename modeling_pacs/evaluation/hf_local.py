@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from ..data.sources import is_saved_dataset
-from .data import BenchmarkDataError, data_error
+from .benchmark import BenchmarkDataError, data_error
 
 COLUMNS = {
     "candidate": ("mt", "cand", "caption"),

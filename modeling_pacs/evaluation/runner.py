@@ -19,7 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
-from .data import Benchmark
+from .benchmark import Benchmark
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 

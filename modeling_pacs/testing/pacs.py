@@ -1,11 +1,9 @@
-"""The real CLIP tokenizer built offline, and tiny random PAC-S++ models saved as real HF directories.
+"""Tiny random PAC-S++ / PAC-S / CLIP-S models (CLIP, SigLIP and SigLIP 2 backbones) saved as real HF directories.
 
-The BPE vocabulary is OpenAI's `bpe_simple_vocab_16e6.txt.gz` (MIT licence, shipped by the `openai-clip` and
-`open_clip_torch` packages and copied into `modeling_pacs/assets/`). `vocab.json` and `merges.txt` are derived from it
-exactly as `clip/simple_tokenizer.py` builds its encoder, so ids match OpenAI's tokenizer (49,408 of them).
+CLIP models carry the real CLIP tokenizer (`modeling_pacs.tokenization`); SigLIP ones tokenizers trained in code on a
+small caption vocabulary.
 """
 
-import gzip
 import io
 import json
 import random
@@ -16,20 +14,16 @@ from pathlib import Path
 import torch
 from transformers import (
     CLIPConfig,
-    CLIPImageProcessorPil,
-    CLIPProcessor,
-    CLIPTokenizer,
     PreTrainedConfig,
     PreTrainedTokenizerBase,
     SiglipConfig,
-    SiglipImageProcessorPil,
-    SiglipProcessor,
 )
 
-from .models.backbones import SIGLIP_MEAN, SIGLIP_STD, backbone_family, multihead_attention_projections
-from .models.configuration_pacs import PACSConfig
-from .models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD
-from .models.modeling_pacs import PACSModel
+from ..hub import save_remote_code_model
+from ..models.backbones import multihead_attention_projections
+from ..models.configuration_pacs import PACSConfig
+from ..models.modeling_pacs import PACSModel
+from ..tokenization import CLIP_VOCAB_SIZE, build_clip_tokenizer, build_processor
 
 TINY_MODEL_CARD = """---
 license: mit
@@ -42,9 +36,9 @@ tags:
 ---
 # Tiny random {variant} model (tests and offline smoke runs only)
 
-Built by `modeling_pacs.tiny.make_tiny_model(variant="{variant}", seed={seed}, backbone="{backbone}")`: {towers} towers
-of width 32 and 2 layers with {tokenizer} and the backbone's image pipeline, and RANDOM weights. Its scores are
-meaningless.
+Built by `modeling_pacs.testing.pacs.make_tiny_model(variant="{variant}", seed={seed}, backbone="{backbone}")`:
+{towers} towers of width 32 and 2 layers with {tokenizer} and the backbone's image pipeline, and RANDOM weights. Its
+scores are meaningless.
 """
 # backbone argument of `make_tiny_model` -> (Hub id of the architecture it imitates, card wording).
 TINY_BACKBONES = {
@@ -59,8 +53,6 @@ TINY_WORDS = (
     "small large young old street park table field water grass beach room kitchen bicycle horse ball car bus train "
     "photo picture image two three group near next to front top sofa couch house tree sky snow road plate pizza"
 ).split()
-BPE_VOCAB_PATH = Path(__file__).parent / "assets" / "bpe_simple_vocab_16e6.txt.gz"
-CLIP_VOCAB_SIZE = 49408
 
 
 # The ViT-B/32 image tower (CLIP's and SigLIP's B/32 share it), for random-weight benchmarks.
@@ -71,50 +63,6 @@ VIT_B32_VISION = {
     "num_attention_heads": 12,
     "patch_size": 32,
 }
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2/CLIP byte -> printable unicode character table (as in `clip/simple_tokenizer.py`)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    printable += list(range(ord("®"), ord("ÿ") + 1))
-    characters = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            characters.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, [chr(c) for c in characters]))
-
-
-@lru_cache(maxsize=1)
-def clip_vocab_and_merges() -> tuple[dict[str, int], list[str]]:
-    """`vocab.json` content and `merges.txt` lines derived from OpenAI's BPE file."""
-    lines = gzip.open(BPE_VOCAB_PATH).read().decode("utf-8").split("\n")
-    merges = [tuple(line.split()) for line in lines[1 : 49152 - 256 - 2 + 1]]
-    vocab = list(bytes_to_unicode().values())
-    vocab = vocab + [token + "</w>" for token in vocab]
-    vocab += ["".join(merge) for merge in merges]
-    vocab += ["<|startoftext|>", "<|endoftext|>"]
-    return {token: index for index, token in enumerate(vocab)}, [" ".join(merge) for merge in merges]
-
-
-def build_clip_tokenizer(model_max_length: int = 77) -> CLIPTokenizer:
-    """The real CLIP tokenizer (49,408 ids), built offline from the shipped BPE file."""
-    vocab, merges = clip_vocab_and_merges()
-    with tempfile.TemporaryDirectory() as directory:
-        vocab_file = Path(directory) / "vocab.json"
-        merges_file = Path(directory) / "merges.txt"
-        vocab_file.write_text(json.dumps(vocab))
-        merges_file.write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
-        tokenizer = CLIPTokenizer.from_pretrained(directory, model_max_length=model_max_length)
-    return tokenizer
-
-
-def build_clip_processor() -> CLIPProcessor:
-    """A `CLIPProcessor` with the real tokenizer and the torchvision-free image processor."""
-    image_processor = CLIPImageProcessorPil(image_mean=list(OPENAI_CLIP_MEAN), image_std=list(OPENAI_CLIP_STD))
-    return CLIPProcessor(image_processor=image_processor, tokenizer=build_clip_tokenizer())
 
 
 def tiny_caption_corpus(num_sentences: int = 2000, seed: int = 0) -> list[str]:
@@ -240,20 +188,6 @@ def build_tokenizer(backbone: str, model_max_length: int) -> PreTrainedTokenizer
     return builders[backbone](model_max_length)
 
 
-def build_processor(config: PACSConfig, tokenizer: PreTrainedTokenizerBase):
-    """The `AutoProcessor` of a model: CLIP's, or SigLIP's with the backbone's image size."""
-    if backbone_family(config.backbone_config) == "clip":
-        processor = build_clip_processor()
-        processor.tokenizer = tokenizer
-        return processor
-    size = config.backbone_config.vision_config.image_size
-    height, width = (size, size) if isinstance(size, int) else size
-    image_processor = SiglipImageProcessorPil(
-        size={"height": height, "width": width}, image_mean=list(SIGLIP_MEAN), image_std=list(SIGLIP_STD)
-    )
-    return SiglipProcessor(image_processor=image_processor, tokenizer=tokenizer)
-
-
 def tiny_clip_config(
     hidden_size: int = 32, num_layers: int = 2, image_size: int = 224, patch_size: int = 32, act: str = "quick_gelu"
 ) -> CLIPConfig:
@@ -346,7 +280,7 @@ def make_tiny_model(
     if variant == "pac_s_pp":
         add_random_lora(model, seed)
     if output_dir is not None:
-        save_hub_ready(model, output_dir)
+        save_remote_code_model(model, output_dir, processor=build_processor(model.config, model.tokenizer))
         card = Path(output_dir) / "README.md"
         base_model, towers, tokenizer_words = TINY_BACKBONES[backbone]
         card.write_text(
@@ -364,28 +298,11 @@ def make_tiny_model(
     return model
 
 
-def save_hub_ready(model: PACSModel, output_dir: str | Path):
-    """Save a model as a directory that `AutoModel.from_pretrained(dir, trust_remote_code=True)` and
-    `AutoProcessor.from_pretrained(dir)` load in a fresh process: remote code, weights, adapter, processor."""
-    output_dir = Path(output_dir)
-    type(model.config).register_for_auto_class()
-    type(model).register_for_auto_class("AutoModel")
-    model.save_pretrained(output_dir)
-    build_processor(model.config, model.tokenizer).save_pretrained(output_dir)
-    for path in output_dir.rglob("*"):
-        if path.is_file():
-            path.chmod(0o644)
-
-
 __all__ = [
-    "build_clip_processor",
-    "build_clip_tokenizer",
-    "build_processor",
     "build_siglip2_tokenizer",
     "build_siglip_tokenizer",
     "build_tokenizer",
     "make_tiny_model",
-    "save_hub_ready",
     "tiny_clip_config",
     "tiny_siglip_config",
     "vit_b32_siglip_config",

@@ -53,7 +53,7 @@ class Benchmark:
     """Items of one benchmark and the protocol that turns per-item scores into the paper's statistics.
 
     Example:
-        >>> from modeling_pacs.benchmarks import load_benchmark
+        >>> from modeling_pacs.evaluation import load_benchmark
         >>> benchmark = load_benchmark("flickr8k_expert", "data/flickr8k")  # doctest: +SKIP
         >>> scores = {item["id"]: 1.0 for item in benchmark.items}  # doctest: +SKIP
         >>> benchmark.evaluate(scores)  # doctest: +SKIP

@@ -1,6 +1,6 @@
 """Benchmark harness: loaders of the original benchmark files, the official protocols, and reports.
 
->>> from modeling_pacs.benchmarks import BENCHMARKS, load_benchmark
+>>> from modeling_pacs.evaluation import BENCHMARKS, load_benchmark
 >>> sorted(BENCHMARKS)[:3]
 ['activitynet_foil', 'composite', 'flickr8k_cf']
 """
@@ -8,7 +8,7 @@
 from pathlib import Path
 
 from . import flickr8k, foil, pascal50s, rated_csv, video
-from .data import Benchmark, BenchmarkDataError, BenchmarkOptions
+from .benchmark import Benchmark, BenchmarkDataError, BenchmarkOptions
 
 # name -> (title as in the papers, loader(data_dir, options))
 BENCHMARKS = {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import Benchmark, BenchmarkOptions, data_error, first_existing, require_file, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, data_error, first_existing, require_file, scores_for
 from .protocols import (
     PASCAL_TIE_POLICIES,
     accuracy,

@@ -34,7 +34,7 @@ def register_metric(modules_cache: str | os.PathLike | None = None) -> list[Path
     Example:
 
     ```python
-    >>> from modeling_pacs.metric_registration import register_metric
+    >>> from modeling_pacs.metric_module.registration import register_metric
     >>> register_metric()  # then, from any folder: evaluate.load("pacs_pp")
     ```
     """

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..tiny import build_clip_tokenizer
+from ..tokenization import build_clip_tokenizer
 
 # A word-piece vocabulary for the tiny BLIP: BERT's special tokens, BLIP's decoder-start token and some words.
 TINY_BLIP_WORDS = (
