@@ -78,9 +78,10 @@ def atomic_path(path: Path) -> Iterator[Path]:
         raise
 
 
-def write_text_atomically(path: Path, chunks: Iterable[str]):
-    """Write text chunks to `path` atomically (see `atomic_path`)."""
-    with atomic_path(path) as temporary, temporary.open("w", encoding="utf-8", newline="") as file:
+def write_text_atomically(path: str | os.PathLike, chunks: Iterable[str]):
+    """Write text chunks to `path` atomically (see `atomic_path`): readers (and a crash) see the whole file or none of
+    it; the file is fsynced and world-readable."""
+    with atomic_path(Path(path)) as temporary, temporary.open("w", encoding="utf-8", newline="") as file:
         for chunk in chunks:
             file.write(chunk)
 

@@ -26,7 +26,7 @@ from transformers import TrainingArguments
 from modeling_pacs.captioning import PACSCaptionerConfig, PACSCaptionerForConditionalGeneration
 from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer
-from modeling_pacs.cli import write_atomically
+from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.embedding_cache import EmbeddingCache
 from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
 from modeling_pacs.tokenization import build_clip_tokenizer
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(report, indent=2, allow_nan=False) + "\n"
     print(text, end="")
     if args.output:
-        write_atomically(args.output, [text])
+        write_text_atomically(args.output, [text])
     return 0
 
 

@@ -24,7 +24,7 @@ import av
 import numpy as np
 import torch
 
-from modeling_pacs.cli import write_atomically
+from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.video import VideoFile, sample_frame_indices
 from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None):
                 f"{scoring['videos_per_second']:.2f} videos/s ({scoring['frames_per_second']:.1f} frames/s)"
             )
     if args.output:
-        write_atomically(args.output, [json.dumps(results, indent=2) + "\n"])
+        write_text_atomically(args.output, [json.dumps(results, indent=2) + "\n"])
         print(f"figures written to {args.output}")
     return results
 

@@ -1,32 +1,12 @@
-#!/usr/bin/env python
+#!/usr/bin/env python3
 """Validate a PAC-S / PAC-S++ model directory and upload it to the Hugging Face Hub.
 
-Examples:
-
-  python scripts/push_to_hub.py pac-s-pp-clip-vit-b32 my-user/pac-s-pp-clip-vit-b32 --dry-run
-  python scripts/push_to_hub.py pac-s-pp-clip-vit-b32 my-user/pac-s-pp-clip-vit-b32 --private
+The code is `modeling_pacs/cli/push_to_hub.py`; run with --help for the options and examples.
 """
 
-import argparse
 import sys
 
-from modeling_pacs.hub import ModelDirectoryError, push_model_directory
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", help="a model directory (converted or trained)")
-    parser.add_argument("repo_id", help="the Hub model repository, owner/name (created if missing)")
-    parser.add_argument("--dry-run", action="store_true", help="validate and list the files, upload nothing")
-    parser.add_argument("--private", action="store_true", help="create the repository as private")
-    args = parser.parse_args(argv)
-    try:
-        push_model_directory(args.folder, args.repo_id, dry_run=args.dry_run, private=args.private)
-    except (ModelDirectoryError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
+from modeling_pacs.cli.push_to_hub import main
 
 if __name__ == "__main__":
     sys.exit(main())

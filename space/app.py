@@ -41,6 +41,7 @@ from gradio.utils import get_upload_folder
 from modeling_pacs import PACSModel
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import to_rgb
+from modeling_pacs.variants import SPACE_CHOICES, tiny_alias
 
 logger = logging.getLogger("pacs_space")
 
@@ -48,13 +49,8 @@ logger = logging.getLogger("pacs_space")
 TINY_ENVIRONMENT_VARIABLE = "PACS_SPACE_TINY"
 TINY_CHOICE = "tiny (random weights)"
 # Model selector entry -> (CLIP-S model, PAC-S++ model), both as `load_model` names.
-HUB_CHOICES = {
-    "ViT-B/32": ("clip_s_vit_b32", "pac_s_pp_vit_b32"),
-    "ViT-L/14": ("clip_s_vit_l14", "pac_s_pp_vit_l14"),
-    # Polos is reference-based: its table shows Polos (and CLIP-S) once references are entered.
-    "Polos (ViT-B/32)": ("clip_s_vit_b32", "polos_vit_b32"),
-}
-TINY_CHOICES = {TINY_CHOICE: ("tiny:clip_s", "tiny")}
+HUB_CHOICES = SPACE_CHOICES
+TINY_CHOICES = {TINY_CHOICE: (tiny_alias("clip_s"), tiny_alias())}
 # A local PAC-S++ model directory to offer first in the selector (a Space or a user serving their own model).
 LOCAL_MODEL_ENVIRONMENT_VARIABLE = "PACS_SPACE_MODEL"
 CLIP_S_NAME = "CLIP-S"

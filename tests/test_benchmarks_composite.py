@@ -2,13 +2,13 @@
 items are spelled out by hand from the documented rules and statistics checked against scipy."""
 
 import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import scipy.stats
 
+from modeling_pacs.cli import evaluate_benchmarks
 from modeling_pacs.evaluation import BenchmarkDataError, BenchmarkOptions, load_benchmark
 from tests.benchmark_fixtures import write_images, write_rated_csv
 
@@ -246,17 +246,9 @@ def test_deneb_csv_still_loads_and_says_so(tmp_path):
     assert benchmark.protocol["layout"] == "DENEB CSV"
 
 
-def load_script():
-    script = Path(__file__).resolve().parents[1] / "scripts" / "evaluate_benchmarks.py"
-    spec = importlib.util.spec_from_file_location("evaluate_benchmarks_composite", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_script_prefers_the_amt_files_and_reports_layout_variant_and_checksums(amt_dir, tmp_path, capsys):
     write_rated_csv(amt_dir, "en_test_composite_da.csv", [("a dog", ["a dog"], 3.0, "x.jpg")])
-    script = load_script()
+    script = evaluate_benchmarks
     dump = tmp_path / "items.jsonl"
     script.main(["--benchmark", "composite", "--data-dir", str(amt_dir), "--dump-items", str(dump)])
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
@@ -395,7 +387,7 @@ def test_mean_needs_both_ratings_of_the_same_captions_and_old_encodings_are_read
 def test_model_scores_the_amt_items_and_its_scores_file_gives_the_same_table(amt_dir, tiny_model_dir, tmp_path):
     from tests.helpers import assert_scores_close
 
-    script = load_script()
+    script = evaluate_benchmarks
     model_run = script.main(
         [*("--benchmark", "composite", "--data-dir", str(amt_dir), "--model", str(tiny_model_dir), "--quiet")]
         + ["--output", str(tmp_path / "model")]

@@ -1,7 +1,6 @@
 """Checkpoint converter: parity with the ORIGINAL CLIP code on tiny checkpoints in the official layouts, safe loading,
 layout errors, Hub-ready output, model card and Hub dry run."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -38,13 +37,6 @@ CAPTIONS = [
 ]
 REFERENCES = [["a red box on grass", "a square"], ["dogs in snow"], ["a long text", "something else entirely"]]
 TOLERANCE = 1e-5
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_images() -> list[Image.Image]:
@@ -234,7 +226,8 @@ def test_pickle_with_code_is_refused(tmp_path, capsys):
     torch.save({"state_dict": {"visual.proj": torch.zeros(2, 2)}, "payload": Exploit()}, path)
     with pytest.raises(CheckpointError, match=r"refused to load .*evil\.pth.*weights_only=True"):
         load_official_checkpoint(path)
-    cli = load_script("convert_pacs_checkpoint")
+    from modeling_pacs.cli import convert as cli
+
     arguments = ["--checkpoint", str(path), "--variant", "pac_s_vit_b32", "--output", str(tmp_path / "out")]
     assert cli.main(arguments) == 2
     assert "refused to load" in capsys.readouterr().err

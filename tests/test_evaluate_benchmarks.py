@@ -1,6 +1,5 @@
 """scripts/evaluate_benchmarks.py end to end on tiny fixtures with a tiny random model."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -24,14 +23,7 @@ POOL = [
 ]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("evaluate_benchmarks", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-evaluate_benchmarks = load_script()
+from modeling_pacs.cli import evaluate_benchmarks  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -266,7 +266,7 @@ def test_cli_numbers_and_devices_are_validated(cli_inputs, tiny_model_dir, capsy
     captions, _ = cli_inputs
     with pytest.raises(SystemExit):
         score_main([str(captions), "--model", str(tiny_model_dir), "--batch-size", "0"])
-    assert "--batch-size: expected a positive integer, got 0" in capsys.readouterr().err
+    assert "--batch-size: must be a positive integer, got 0" in capsys.readouterr().err
     if not torch.cuda.is_available():
         message = run_cli([str(captions), "--model", str(tiny_model_dir), "--device", "cuda"])
         assert "device 'cuda' was asked for, but CUDA is not available here" in message
@@ -289,12 +289,9 @@ def test_cli_prints_its_result_not_library_noise(cli_inputs, tiny_model_dir, tmp
 
 # ---------------------------------------------------------------------------------------------- 10: corpus files
 def load_score_corpus():
-    import importlib.util
+    from modeling_pacs.cli import score_corpus
 
-    spec = importlib.util.spec_from_file_location("score_corpus", REPO_ROOT / "scripts" / "score_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return score_corpus
 
 
 @pytest.mark.parametrize(
@@ -332,15 +329,10 @@ def test_corpus_output_dir_may_not_contain_the_input(image_folder, tiny_model_di
 def test_every_directory_writer_follows_the_same_output_rules(tmp_path, monkeypatch):
     """The benchmark script (which deletes its --output with --overwrite) and the Polos converter use the same
     check as `pacs-pp convert`: never the current directory, never a folder that is not theirs."""
-    import importlib.util
 
+    from modeling_pacs.cli import evaluate_benchmarks
     from modeling_pacs.polos.convert import convert_polos_checkpoint
 
-    spec = importlib.util.spec_from_file_location(
-        "evaluate_benchmarks", REPO_ROOT / "scripts" / "evaluate_benchmarks.py"
-    )
-    evaluate_benchmarks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(evaluate_benchmarks)
     data = tmp_path / "data"
     data.mkdir()
     mine = tmp_path / "mine"

@@ -9,7 +9,8 @@ import sentencepiece
 import torch
 from scipy.special import erf
 
-from modeling_pacs.encoders.beit3 import BEiT3ForRetrieval, BEiT3RetrievalEncoder, convert_beit3_checkpoint
+from modeling_pacs.encoders.beit3 import BEiT3ForRetrieval, BEiT3RetrievalEncoder
+from modeling_pacs.pearl.convert_beit3 import convert_beit3_checkpoint
 from tests.helpers import random_image
 from tests.pearl_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 

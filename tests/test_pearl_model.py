@@ -12,9 +12,9 @@ import torch
 from safetensors import safe_open
 
 from modeling_pacs import PearlConfig, PearlModel
+from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.models.modeling_pearl import PearlDiffNet, PearlHadamardNet
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, initialise_hadamard_nets, load_hadamard_init
-from modeling_pacs.pearl.saving import save_pearl
 from tests.pearl_helpers import one_torch_thread, random_features, tiny_pearl_config  # noqa: F401 (autouse fixture)
 
 
@@ -185,7 +185,7 @@ def test_save_and_reload_gives_identical_scores(tmp_path):
     tiny_pearl = PearlModel(tiny_pearl_config()).eval()
     with torch.no_grad():  # trained DiffNets must survive the reload (not be reset to u - c)
         tiny_pearl.image_arsms["clip"].diff_net.weight.mul_(0.5)
-    save_pearl(tiny_pearl, tmp_path / "pearl")
+    save_remote_code_model(tiny_pearl, tmp_path / "pearl")
     reloaded = PearlModel.from_pretrained(tmp_path / "pearl", dtype=torch.float32).eval()
     features = random_features(batch=3, num_refs=2, seed=11)
     with torch.no_grad():
@@ -199,7 +199,7 @@ def test_save_and_reload_gives_identical_scores(tmp_path):
 def test_saved_directory_loads_as_remote_code_in_a_fresh_process(tmp_path):
     torch.manual_seed(2)
     model = PearlModel(tiny_pearl_config()).eval()
-    save_pearl(model, tmp_path / "pearl")
+    save_remote_code_model(model, tmp_path / "pearl")
     for name in ("configuration_pearl.py", "modeling_pearl.py", "scoring.py", "config.json", "model.safetensors"):
         assert (tmp_path / "pearl" / name).is_file(), name
         assert (tmp_path / "pearl" / name).stat().st_mode & 0o777 == 0o644

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_pacs.loading import load_model, tiny_model_directory
+from modeling_pacs.loading import load_model
 from modeling_pacs.pearl.scorer import PearlScorer
+from modeling_pacs.testing.directories import tiny_model_directory
 from tests.helpers import assert_scores_close, random_image
 from tests.pearl_helpers import one_torch_thread  # noqa: F401 (autouse fixture)
 
@@ -143,13 +144,10 @@ def test_space_scores_a_pearl_directory(images, monkeypatch, tmp_path):
 
 
 def test_corpus_scorer_scores_with_a_pearl_directory(images, tmp_path):
-    import importlib.util
     import json
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "score_corpus.py"
-    specification = importlib.util.spec_from_file_location("score_corpus_pearl", script)
-    score_corpus = importlib.util.module_from_spec(specification)
-    specification.loader.exec_module(score_corpus)
+    from modeling_pacs.cli import score_corpus
+
     rows = [
         {"image": images[index % 3], "caption": caption, "references": [f"a reference {index}", "a dog"]}
         for index, caption in enumerate(["a dog", "a cat on a sofa", "a red car", "two people", "a ball"])

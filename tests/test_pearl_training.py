@@ -16,9 +16,8 @@ from transformers import EarlyStoppingCallback
 
 from modeling_pacs import PearlModel
 from modeling_pacs.encoders import load_encoder
-from modeling_pacs.loading import tiny_model_directory
+from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.pearl.features import FeatureCache, extract_features
-from modeling_pacs.pearl.saving import save_pearl
 from modeling_pacs.pearl.scorer import PearlScorer
 from modeling_pacs.pearl.training import (
     PearlDataCollator,
@@ -27,6 +26,7 @@ from modeling_pacs.pearl.training import (
     pearl_training_arguments,
 )
 from modeling_pacs.supervised.data import check_references, read_rows, rows_from_records
+from modeling_pacs.testing.directories import tiny_model_directory
 from tests.helpers import assert_scores_close
 from tests.pearl_helpers import one_torch_thread, write_spica_fixture  # noqa: F401 (autouse fixture)
 
@@ -227,7 +227,7 @@ def test_training_lowers_loss_resumes_and_reloads_in_a_fresh_process(tiny_pearl_
         np.testing.assert_allclose(value.numpy(), last[key].numpy(), atol=1e-6, err_msg=key)
     # The trained model, saved with its encoders, scores identically through `pacs-score` in a fresh offline process.
     saved = tmp_path / "trained"
-    save_pearl(trainer.model, saved)
+    save_remote_code_model(trainer.model, saved)
     shutil.copytree(tiny_pearl_dir / "encoders", saved / "encoders")
     items = [
         {"image": str(spica["images"] / row["image"]), "caption": row["candidate"], "references": row["references"]}
@@ -285,12 +285,8 @@ def test_validation_metric_is_kendall_tau_c_and_early_stopping_has_patience_one(
 
 
 def test_extraction_and_training_scripts(tiny_pearl_dir, spica, tmp_path, capsys):
-    sys.path.insert(0, str(REPOSITORY / "scripts"))
-    try:
-        import extract_pearl_features
-        import train_pearl
-    finally:
-        sys.path.remove(str(REPOSITORY / "scripts"))
+    from modeling_pacs.cli import extract_pearl_features, train_pearl
+
     common = ["--data", str(spica["data"])]
     extract = [
         *common,

@@ -186,14 +186,10 @@ def test_malformed_rows_name_row_and_column(tmp_path):
 
 
 def test_train_script_writes_a_loadable_model(polaris, tmp_path, capsys):
-    import importlib.util
     import json
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "train_polos.py"
-    spec = importlib.util.spec_from_file_location("train_polos_script", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    from modeling_pacs.cli import train_polos as module
+
     _, folder = polaris
     csv_path = str(folder / "polaris_train.csv")
     common = ["--model", "tiny:polos", "--train", csv_path, "--validation", csv_path, "--output_dir", str(tmp_path)]

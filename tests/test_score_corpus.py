@@ -1,7 +1,6 @@
 """scripts/score_corpus.py: formats, sharding across processes, and resumption after a real SIGKILL."""
 
 import csv
-import importlib.util
 import json
 import os
 import signal
@@ -24,14 +23,7 @@ SCRIPT = REPO_ROOT / "scripts" / "score_corpus.py"
 WORDS = "a the red blue green dog cat man woman sits runs on under near table grass street big small photo".split()
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("score_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-score_corpus = load_script()
+from modeling_pacs.cli import score_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import torch.distributed
 from safetensors.torch import load_file
 
 import modeling_pacs.testing.pacs
-from modeling_pacs.loading import tiny_model_directory
+from modeling_pacs.testing.directories import tiny_model_directory
 from tests import scst_distributed_worker
 from tests.helpers import SCORE_TOLERANCE, assert_scores_close, caption_rows
 from tests.test_captioner import tiny_captioner

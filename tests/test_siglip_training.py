@@ -2,7 +2,6 @@
 NumPy, a few steps that lower the loss and change only LoRA tensors, and train_pacs.py from a plain SigLIP
 checkpoint to a Hub-ready directory."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -140,9 +139,8 @@ def test_train_script_from_a_plain_siglip_checkpoint(workspace, tmp_path):
     plain = tmp_path / "google-siglip"  # a transformers SigLIP checkpoint, as google/siglip-* on the Hub
     base.clip.save_pretrained(plain)
     base.tokenizer.save_pretrained(plain)
-    spec = importlib.util.spec_from_file_location("train_pacs", REPO_ROOT / "scripts" / "train_pacs.py")
-    train_pacs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_pacs)
+    from modeling_pacs.cli import train_pacs
+
     output_dir = tmp_path / "run"
     train_pacs.main(
         ["--model_name_or_path", str(plain), "--dataset", str(workspace["root"] / "data"), "--loss", "sigmoid",

@@ -2,7 +2,6 @@
 Karpathy file with an unreadable image, resumption after a real SIGKILL, two machines, refusals, training on it."""
 
 import hashlib
-import importlib.util
 import io
 import json
 import logging
@@ -30,14 +29,7 @@ UNREADABLE_COCOID = 1003
 PIXEL_TOLERANCE = 1
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-generate_synthetic = load_script("generate_synthetic")
+from modeling_pacs.cli import generate_synthetic  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +367,8 @@ def test_train_pacs_trains_on_the_generated_data(workspace, tmp_path):
     assert {"image", "caption", "synthetic_image", "synthetic_caption"} <= set(usable.column_names)
 
     make_tiny_model(tmp_path / "base", variant="clip_s", seed=0)
-    train_pacs = load_script("train_pacs")
+    from modeling_pacs.cli import train_pacs
+
     metrics = train_pacs.main(
         [
             "--model_name_or_path", str(tmp_path / "base"), "--karpathy_json", str(root / "dataset_coco.json"),

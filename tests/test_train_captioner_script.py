@@ -2,18 +2,15 @@
 recomputation from the written captions, and a non-empty output folder is refused."""
 
 import json
-import sys
 from pathlib import Path
 
 import datasets
 import pytest
 
 from modeling_pacs.captioning.grammar import grammar_measures
+from modeling_pacs.cli import train_captioner
 from modeling_pacs.loading import load_model
 from tests.helpers import assert_scores_close, caption_rows
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import train_captioner  # noqa: E402
 
 CAPTIONS = [["a red dog on grass", "a dog"], ["a blue cat on a sofa"], ["two birds in the sky"], ["a green car"]]
 

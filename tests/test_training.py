@@ -520,13 +520,10 @@ def test_same_seed_gives_the_same_trained_weights(workspace, tmp_path):
     """Issue 10, defect 11: the seed is set before the LoRA matrices are initialised, so two runs of train_pacs.py
     with one --seed end with the same adapter (same process and threads: compared within 1e-6), and another seed
     gives other weights."""
-    import importlib.util
 
     from safetensors.torch import load_file
 
-    spec = importlib.util.spec_from_file_location("train_pacs", REPO_ROOT / "scripts" / "train_pacs.py")
-    train_pacs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_pacs)
+    from modeling_pacs.cli import train_pacs
 
     def train(name: str, seed: int) -> dict[str, torch.Tensor]:
         train_pacs.main([

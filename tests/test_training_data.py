@@ -6,7 +6,6 @@ order for a seed. The memory property is tested as a mechanism: preparation read
 table from values that carry bytes; a batch reads only the row groups of its rows.
 """
 
-import importlib.util
 import io
 import json
 import os
@@ -344,9 +343,8 @@ def test_other_trainers_readers_keep_images_on_disk(tmp_path, guard_tables):
 # ----------------------------------------------------------------------------------------------------- resume
 def run_train_pacs(corpus, output_dir: Path, *extra: str, monkeypatch) -> list[list[int]]:
     """train_pacs.py's main on the corpus; returns the sentids of every batch it collated."""
-    spec = importlib.util.spec_from_file_location("train_pacs", REPO_ROOT / "scripts" / "train_pacs.py")
-    train_pacs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train_pacs)
+    from modeling_pacs.cli import train_pacs
+
     batches = []
     original = PACSDataCollator.__call__
 

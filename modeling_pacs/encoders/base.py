@@ -1,6 +1,5 @@
 """The encoder protocol, shared image/text helpers, and `load_encoder` (spec -> encoder)."""
 
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -57,43 +56,3 @@ def check_batch_size(batch_size: int) -> int:
     if not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     return batch_size
-
-
-def resolve_path(path: str, base_directory: str | Path | None) -> str:
-    """A spec path relative to the Pearl model directory if it exists there, else the path or Hub id as given."""
-    if base_directory is not None and (Path(base_directory) / path).exists():
-        return str(Path(base_directory) / path)
-    return path
-
-
-def load_encoder(name: str, spec: dict, base_directory: str | Path | None = None, device: str | None = None):
-    """Build the encoder that `spec` (`{"type", "path", ...}`, from `PearlConfig.encoder_specs`) describes."""
-    kind = spec.get("type")
-    path = resolve_path(spec["path"], base_directory)
-    if kind == "pacs":
-        from .clip import PACSEncoder
-
-        return PACSEncoder.from_pretrained(path, name=name, device=device)
-    if kind == "blip2":
-        from .blip2 import BLIP2Encoder
-
-        return BLIP2Encoder.from_pretrained(
-            path, name=name, device=device, empty_text=spec.get("empty_text", EMPTY_TEXT)
-        )
-    if kind == "stella":
-        from .stella import StellaEncoder
-
-        return StellaEncoder.from_pretrained(
-            path,
-            name=name,
-            device=device,
-            projection_subfolder=spec.get("projection_subfolder", "2_Dense_768"),
-            empty_text=spec.get("empty_text", EMPTY_TEXT),
-        )
-    if kind == "beit3":
-        from .beit3 import BEiT3RetrievalEncoder
-
-        return BEiT3RetrievalEncoder.from_pretrained(
-            path, name=name, device=device, empty_text=spec.get("empty_text", EMPTY_TEXT)
-        )
-    raise ValueError(f"encoder '{name}' has unknown type {kind!r}: expected 'pacs', 'blip2', 'stella' or 'beit3'")

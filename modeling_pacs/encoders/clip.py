@@ -4,6 +4,7 @@ import torch
 
 from ..models.inputs import ImageInput
 from ..models.modeling_pacs import PACSModel
+from ..pacs.loading import load_pacs_model
 
 
 class PACSEncoder:
@@ -13,7 +14,7 @@ class PACSEncoder:
 
     ```python
     >>> from modeling_pacs.encoders import PACSEncoder
-    >>> encoder = PACSEncoder.from_pretrained("tiny")  # random weights; "pac_s_pp_vit_b32" for the real one
+    >>> encoder = PACSEncoder.from_pretrained("pacs-pp/pac-s-pp-clip-vit-b32")  # or a PAC-S++ directory
     >>> encoder.encode_text(["a dog"]).shape == (1, encoder.dim)
     True
     ```
@@ -29,9 +30,7 @@ class PACSEncoder:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, name: str = "clip", device: str | None = None) -> "PACSEncoder":
-        from ..loading import load_model
-
-        return cls(load_model(name_or_path, device=device or "cpu"), name=name)
+        return cls(load_pacs_model(name_or_path, device=device or "cpu"), name=name)
 
     def encode_image(self, images: list[ImageInput], item_indices: list[int] | None = None) -> torch.Tensor:
         embeds = self.model.encode_images(images, self.batch_size, progress=False, item_indices=item_indices)

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..cli import write_atomically
+from ..jobs import write_text_atomically
 from ..output_paths import check_output_directory
 from . import BENCHMARKS, load_benchmark
 from .benchmark import Benchmark, BenchmarkOptions, checksum
@@ -154,7 +154,7 @@ def dump_items(path: Path, benchmarks: list[Benchmark]):
             for item in benchmark.items:
                 yield json.dumps({**item, "benchmark": benchmark.name}, ensure_ascii=False) + "\n"
 
-    write_atomically(path, lines())
+    write_text_atomically(path, lines())
 
 
 def model_label(name: str) -> str:

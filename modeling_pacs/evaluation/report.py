@@ -6,7 +6,8 @@ import logging
 import math
 from pathlib import Path
 
-from ..cli import write_atomically
+from ..jobs import write_text_atomically
+from ..variants import PAPER_NAMES
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -123,16 +124,6 @@ PAPER_NUMBERS = {
 }
 
 # Model aliases and Hub ids -> the papers' names of their reference-free and reference-based scores.
-PAPER_NAMES = {
-    "pac_s_pp_vit_b32": "PAC-S++",
-    "pacs-pp/pac-s-pp-clip-vit-b32": "PAC-S++",
-    "pac_s_pp_vit_l14": "PAC-S++ L/14",
-    "pacs-pp/pac-s-pp-clip-vit-l14": "PAC-S++ L/14",
-    "pac_s_vit_b32": "PAC-S",
-    "pacs-pp/pac-s-clip-vit-b32": "PAC-S",
-    "clip_s_vit_b32": "CLIP-S",
-    "openai/clip-vit-base-patch32": "CLIP-S",
-}
 
 
 def paper_name(row_name: str, column: str) -> str | None:
@@ -208,11 +199,13 @@ def json_safe(value):
 def write_reports(output_dir: Path, results: dict, plots: dict[str, list[tuple[str, list, list]]]):
     """`results.json`, `results.md` and one `plot_<benchmark>.png` per correlation benchmark (matplotlib, if
     installed)."""
-    write_atomically(output_dir / "results.json", [json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n"])
+    write_text_atomically(
+        output_dir / "results.json", [json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n"]
+    )
     markdown = "# Benchmark results\n\n" + "\n".join(format_table(r, True) for r in results["benchmarks"].values())
     if results.get("systems"):
         markdown += "\n" + format_systems(results["systems"], markdown=True)
-    write_atomically(output_dir / "results.md", [markdown])
+    write_text_atomically(output_dir / "results.md", [markdown])
     try:
         import matplotlib
 

@@ -5,8 +5,8 @@ metrics when `pycocoevalcap` is installed (METEOR and SPICE also need Java)."""
 import logging
 from pathlib import Path
 
+from ..caption_files import attach_references, read_items
 from ..captioning.grammar import grammar_measures
-from ..cli import attach_references, read_items
 from .report import PAPER_NAMES
 
 logger = logging.getLogger("pacs_pp.benchmarks")

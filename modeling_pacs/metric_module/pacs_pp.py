@@ -13,11 +13,12 @@ import numpy as np
 import PIL.Image
 import torch
 
-from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.loading import load_model
 from modeling_pacs.metric_module.video import check_video_batch, compute_video_results
 from modeling_pacs.models.inputs import check_captions, check_references, describe_image
 from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.pacs.model_card import CITATION
+from modeling_pacs.variants import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
 
 _CITATION = (
     CITATION
@@ -61,13 +62,7 @@ Examples:
     ['metric', 'score', 'scores']
 """
 
-# Short config names pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
-SHORT_CONFIG_NAMES = {
-    "pac_s_pp": "pac_s_pp_vit_b32",
-    "pac_s": "pac_s_vit_b32",
-    "clip_s": "clip_s_vit_b32",
-    "polos": "polos_vit_b32",
-}
+# Short config names (`variants.SHORT_NAMES`) pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
 REFERENCE_PREFIX = "ref"
 # Placeholder written to the Arrow column for an image that stays in this process (see `_store_images`).
 IN_MEMORY_PREFIX = "<pacs-pp in-memory image "
@@ -76,7 +71,7 @@ IN_MEMORY_TYPES = (PIL.Image.Image, np.ndarray, torch.Tensor, bytes, bytearray, 
 
 def config_names() -> list[str]:
     """Every accepted `config_name`: the model aliases, their short forms, and "ref"-prefixed versions."""
-    names = sorted(set(PRETRAINED_MODELS) | set(SHORT_CONFIG_NAMES))
+    names = sorted(set(PRETRAINED_MODELS) | set(SHORT_NAMES))
     return ["default", *names, *(REFERENCE_PREFIX + name for name in names)]
 
 
@@ -86,15 +81,10 @@ def parse_config_name(config_name: str) -> tuple[str | None, bool]:
         return None, False
     requires_references = config_name.startswith(REFERENCE_PREFIX)
     name = config_name.removeprefix(REFERENCE_PREFIX)
-    name = SHORT_CONFIG_NAMES.get(name, name)
+    name = SHORT_NAMES.get(name, name)
     if name not in PRETRAINED_MODELS:
         raise ValueError(f"unknown config_name {config_name!r}: use one of {config_names()}")
     return name, requires_references
-
-
-def variant_of_alias(alias: str) -> str:
-    """`"pac_s_pp_vit_l14"` -> `"pac_s_pp"` (the `PACSConfig.variant` that alias loads)."""
-    return next(variant for variant in ("pac_s_pp", "pac_s", "clip_s", "polos") if alias.startswith(variant))
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -161,9 +151,9 @@ class PACSPlusPlus(evaluate.Metric):
         if self.engine is None:
             name = self.model_argument or self.model_alias or DEFAULT_MODEL
             self.engine = load_model(name, device=self.device, dtype=self.dtype)
-        if self.model_alias is not None and self.engine.config.variant != variant_of_alias(self.model_alias):
+        if self.model_alias is not None and self.engine.config.variant != ALIAS_VARIANTS[self.model_alias]:
             raise ValueError(
-                f"config_name {self.config_name!r} asks for {variant_of_alias(self.model_alias)} but model "
+                f"config_name {self.config_name!r} asks for {ALIAS_VARIANTS[self.model_alias]} but model "
                 f"'{self.engine.name_or_path}' is a {self.engine.config.variant} model: with model=, pass no "
                 f"config_name or one of the same variant (e.g. '{self.engine.config.variant}' or "
                 f"'{REFERENCE_PREFIX}{self.engine.config.variant}')"

@@ -21,12 +21,10 @@ Example:
 ```
 """
 
-import argparse
 import math
 import os
 import pickle
 import re
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -38,6 +36,7 @@ from ..models.configuration_pacs import PACSConfig
 from ..models.modeling_pacs import PACSModel
 from ..output_paths import check_output_directory, staged_directory
 from ..tokenization import build_clip_tokenizer, build_processor
+from ..variants import OFFICIAL_VARIANTS, OfficialVariant
 from .model_card import render_model_card
 
 LORA_MODES = ("official", "full")
@@ -91,91 +90,6 @@ class CheckpointGeometry:
             f"text {self.text_layers} layers x {self.text_width}, projection {self.embed_dim}"
         )
 
-
-@dataclass(frozen=True)
-class OfficialVariant:
-    """One released checkpoint: what it is, how it scores, and the geometry it must have."""
-
-    name: str
-    display_name: str
-    metric_variant: str
-    w: float
-    base_model_id: str
-    hidden_act: str
-    checkpoint_file: str
-    has_lora: bool
-    geometry: dict
-
-
-VIT_B32_GEOMETRY = {
-    "embed_dim": 512,
-    "image_size": 224,
-    "patch_size": 32,
-    "vision_width": 768,
-    "vision_layers": 12,
-    "text_width": 512,
-    "text_layers": 12,
-    "context_length": 77,
-    "vocab_size": 49408,
-}
-VIT_L14_GEOMETRY = {
-    "embed_dim": 768,
-    "image_size": 224,
-    "patch_size": 14,
-    "vision_width": 1024,
-    "vision_layers": 24,
-    "text_width": 768,
-    "text_layers": 12,
-    "context_length": 77,
-    "vocab_size": 49408,
-}
-# w: PAC-S uses 2.0 (official code); PAC-S++ 2.5 (ViT-B/32) and 3.0 (ViT-L/14) (PAC-S++ paper Sec. 5.7, SPEC §1).
-OFFICIAL_VARIANTS = {
-    "pac_s_vit_b32": OfficialVariant(
-        name="pac_s_vit_b32",
-        display_name="PAC-S ViT-B/32",
-        metric_variant="pac_s",
-        w=2.0,
-        base_model_id="openai/clip-vit-base-patch32",
-        hidden_act="quick_gelu",
-        checkpoint_file="clip_ViT-B-32.pth",
-        has_lora=False,
-        geometry=VIT_B32_GEOMETRY,
-    ),
-    "pac_s_openclip_vit_l14": OfficialVariant(
-        name="pac_s_openclip_vit_l14",
-        display_name="PAC-S OpenCLIP ViT-L/14",
-        metric_variant="pac_s",
-        w=2.0,
-        base_model_id="laion/CLIP-ViT-L-14-laion2B-s32B-b82K",
-        hidden_act="gelu",
-        checkpoint_file="openClip_ViT-L-14.pth",
-        has_lora=False,
-        geometry=VIT_L14_GEOMETRY,
-    ),
-    "pac_s_pp_vit_b32": OfficialVariant(
-        name="pac_s_pp_vit_b32",
-        display_name="PAC-S++ ViT-B/32",
-        metric_variant="pac_s_pp",
-        w=2.5,
-        base_model_id="openai/clip-vit-base-patch32",
-        hidden_act="quick_gelu",
-        checkpoint_file="PAC++_clip_ViT-B-32.pth",
-        has_lora=True,
-        geometry=VIT_B32_GEOMETRY,
-    ),
-    "pac_s_pp_vit_l14": OfficialVariant(
-        name="pac_s_pp_vit_l14",
-        display_name="PAC-S++ ViT-L/14",
-        metric_variant="pac_s_pp",
-        w=3.0,
-        base_model_id="openai/clip-vit-large-patch14",
-        hidden_act="quick_gelu",
-        checkpoint_file="PAC++_clip_ViT-L-14.pth",
-        has_lora=True,
-        geometry=VIT_L14_GEOMETRY,
-    ),
-}
 
 # Official LoRA groups: (checkpoint name inside a residual block, PEFT target modules of the transformers layer).
 LORA_GROUPS = {
@@ -765,92 +679,6 @@ def convert_checkpoint(
 
 
 # ---------------------------------------------------------------------------------------------------- command line
-CONVERT_EPILOG = """\
-The official files (SPEC §4) and their variants:
-
-  clip_ViT-B-32.pth         --variant pac_s_vit_b32            PAC-S, OpenAI CLIP ViT-B/32
-  openClip_ViT-L-14.pth     --variant pac_s_openclip_vit_l14   PAC-S, OpenCLIP ViT-L-14 laion2b_s32b_b82k (GELU)
-  PAC++_clip_ViT-B-32.pth   --variant pac_s_pp_vit_b32         PAC-S++, OpenAI CLIP ViT-B/32 + LoRA
-  PAC++_clip_ViT-L-14.pth   --variant pac_s_pp_vit_l14         PAC-S++, OpenAI CLIP ViT-L/14 + LoRA
-
-Examples:
-
-  pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 \\
-      --output pac-s-pp-clip-vit-b32
-  pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 \\
-      --output pac-s-pp-full --lora-mode full
-  pacs-pp convert --checkpoint clip_ViT-B-32.pth --variant pac_s_vit_b32 \\
-      --output pac-s-clip-vit-b32 --push-to-hub my-user/pac-s-clip-vit-b32 --dry-run
-"""
-
-
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Arguments of `scripts/convert_pacs_checkpoint.py` and `pacs-pp convert` (added to `parser` when given)."""
-    parser = parser or argparse.ArgumentParser(prog="convert_pacs_checkpoint.py")
-    parser.description = "Convert an official PAC-S / PAC-S++ checkpoint into a Hub-ready transformers directory."
-    parser.epilog = CONVERT_EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--checkpoint", required=True, help="the official .pth file (loaded with weights_only=True)")
-    parser.add_argument("--variant", required=True, choices=list(OFFICIAL_VARIANTS))
-    parser.add_argument("--output", required=True, help="directory to write (must not exist unless --overwrite)")
-    parser.add_argument(
-        "--lora-mode",
-        choices=LORA_MODES,
-        default="official",
-        help="PAC-S++: 'official' reproduces the released inference exactly (MLP LoRA deltas skipped, as the "
-        "official code does); 'full' applies every delta. Default: official",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    parser.add_argument("--push-to-hub", metavar="REPO_ID", help="upload the directory to this Hub model repository")
-    parser.add_argument("--dry-run", action="store_true", help="with --push-to-hub: validate and list, upload nothing")
-    parser.add_argument("--private", action="store_true", help="with --push-to-hub: create a private repository")
-    parser.add_argument(
-        "--allow-other-geometry",
-        action="store_true",
-        help="accept a geometry other than the variant's released backbone (custom or test checkpoints)",
-    )
-    parser.add_argument(
-        "--head-dim",
-        type=int,
-        default=OPENAI_HEAD_DIM,
-        help=f"attention head size used to derive head counts (default {OPENAI_HEAD_DIM}, as every released CLIP)",
-    )
-    parser.add_argument("--no-verify", action="store_true", help="skip reloading the output to check its features")
-    return parser
-
-
-def run_conversion(args: argparse.Namespace) -> int:
-    """Run a parsed conversion command; errors about the input print one clear line and return 2."""
-    from ..hub import push_model_directory
-
-    try:
-        convert_checkpoint(
-            args.checkpoint,
-            args.variant,
-            args.output,
-            lora_mode=args.lora_mode,
-            head_dim=args.head_dim,
-            allow_other_geometry=args.allow_other_geometry,
-            overwrite=args.overwrite,
-            verify=not args.no_verify,
-        )
-        if args.push_to_hub:
-            push_model_directory(args.output, args.push_to_hub, dry_run=args.dry_run, private=args.private)
-    except (
-        ValueError,
-        FileNotFoundError,
-        FileExistsError,
-    ) as error:  # CheckpointError, ModelDirectoryError, bad repo id
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: `python scripts/convert_pacs_checkpoint.py ...` or `pacs-pp convert ...`."""
-    return run_conversion(build_parser().parse_args(argv))
-
-
 __all__ = [
     "LORA_MODES",
     "OFFICIAL_VARIANTS",
@@ -859,7 +687,6 @@ __all__ = [
     "ConvertedCheckpoint",
     "convert_checkpoint",
     "convert_state_dict",
-    "main",
     "load_official_checkpoint",
     "save_converted",
 ]

@@ -14,9 +14,17 @@ True
 ```
 """
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import yaml
 
-from ..loading import PRETRAINED_MODELS
+from ..models.backbones import backbone_family
+from ..models.modeling_pacs import PACSModel
+from ..variants import OFFICIAL_VARIANTS, PRETRAINED_MODELS, release_for_training
+
+if TYPE_CHECKING:
+    from .training import TrainingRecipe
 
 PAC_S_PP_PAPER_URL = "https://arxiv.org/abs/2410.07336"
 PAC_S_PAPER_URL = "https://arxiv.org/abs/2303.12112"
@@ -113,8 +121,6 @@ LORA_MODE_TEXT = {
 
 def variant_facts(variant: str):
     """The `OfficialVariant` record of `variant`."""
-    from .convert import OFFICIAL_VARIANTS  # convert imports this module: import at call time
-
     if variant not in OFFICIAL_VARIANTS:
         raise ValueError(f"unknown variant {variant!r}: choose one of {', '.join(OFFICIAL_VARIANTS)}")
     return OFFICIAL_VARIANTS[variant]
@@ -154,7 +160,7 @@ def render_model_card(
     """The README.md (YAML front matter + markdown) of a PAC-S / PAC-S++ model directory.
 
     Args:
-        variant: one of `modeling_pacs.pacs.convert.OFFICIAL_VARIANTS`.
+        variant: one of `modeling_pacs.variants.OFFICIAL_VARIANTS`.
         repo_id: Hub id used in the examples (default: the alias's repository in `PRETRAINED_MODELS`).
         lora_mode: PAC-S++ converted from an official checkpoint: how its LoRA deltas were converted (`official` or
             `full`). `None` for adapters trained here (pass `provenance` too).
@@ -343,6 +349,48 @@ def render_siglip_model_card(
         f"```bibtex\n{CITATION}\n```",
     ]
     return f"---\n{front_matter}---\n\n" + "\n\n".join(sections) + "\n"
+
+
+def write_trained_model_card(
+    directory: str | Path,
+    model: PACSModel,
+    base_model: str,
+    recipe: "TrainingRecipe",
+    lambda_v: float,
+    lambda_t: float,
+    loss: str,
+    metrics: dict,
+) -> Path:
+    """The model card of a model trained by `scripts/train_pacs.py` (its run's provenance; no reported results),
+    written as `directory/README.md` (mode 0644)."""
+    directory = Path(directory)
+    final_metrics = ", ".join(f"{key}={value:.4g}" for key, value in sorted(metrics.items()))
+    if backbone_family(model.config.backbone_config) == "siglip":
+        card = render_siglip_model_card(
+            repo_id=str(directory),
+            variant=recipe.variant,
+            w=model.config.w,
+            base_model_id=model.config.base_model_id,
+            max_text_length=model.config.max_text_length,
+            provenance=f"trained here with `scripts/train_pacs.py` from `{base_model}` "
+            f"(lambda_v={lambda_v}, lambda_t={lambda_t}, loss {loss}); final metrics: {final_metrics}",
+        )
+    else:
+        large = model.config.backbone_config.vision_config.hidden_size >= 1024
+        trained = "LoRA adapters (r=4) in both towers and the patch embedding" if recipe.use_lora else "the projections"
+        card = render_model_card(
+            release_for_training(recipe.variant, large),
+            repo_id=str(directory),
+            lora_mode=None,
+            provenance=f"trained here with `scripts/train_pacs.py` from `{base_model}` ({trained}; "
+            f"lambda_v={lambda_v}, lambda_t={lambda_t}); final metrics: {final_metrics}",
+            include_reported_results=False,
+            base_model_id=model.config.base_model_id,
+        )
+    path = directory / "README.md"
+    path.write_text(card, encoding="utf-8")
+    path.chmod(0o644)
+    return path
 
 
 if __name__ == "__main__":

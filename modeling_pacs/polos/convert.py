@@ -18,17 +18,16 @@ Example:
 ```
 """
 
-import argparse
 import os
 import pickle
 import re
-import sys
 from pathlib import Path
 
 import torch
 import yaml
 from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
+from ..hub import save_remote_code_model
 from ..models.configuration_polos import PolosConfig
 from ..models.modeling_polos import PolosModel
 from ..output_paths import check_output_directory, staged_directory
@@ -41,7 +40,6 @@ from ..pacs.convert import (
     layout_message,
     to_transformers_state_dict,
 )
-from ..testing.polos import save_polos_hub_ready
 from ..tokenization import build_clip_tokenizer
 
 # Globals a Lightning 1.2 checkpoint of Polos names (callback states keyed by class), as (module, name).
@@ -399,71 +397,14 @@ def verify_saved_model(model: PolosModel, output_dir: Path):
 def write_directory(model: PolosModel, card: str, output_dir: Path):
     """Save into a staging folder renamed into place: a crash never leaves a half-written `output_dir`."""
     with staged_directory(output_dir) as staging:
-        save_polos_hub_ready(model, staging)
+        save_remote_code_model(model, staging)
         (staging / "README.md").write_text(card, encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------------- command line
-CONVERT_POLOS_EPILOG = """\
-The released checkpoint is reprod/reprod.ckpt of https://polos-polaris.s3.ap-northeast-1.amazonaws.com/reprod.zip,
-with hparams.yaml beside it. It is read with torch.load(weights_only=True); nothing in it is executed.
-
-Examples:
-
-  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output polos-vit-b32
-  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --text-encoder ./sup-simcse-roberta-base --output polos
-"""
-
-
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Arguments of `pacs-pp convert-polos` (added to `parser` when given)."""
-    parser = parser or argparse.ArgumentParser(prog="pacs-pp convert-polos")
-    parser.description = "Convert the released Polos Lightning checkpoint into a Hub-ready PolosModel directory."
-    parser.epilog = CONVERT_POLOS_EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--checkpoint", required=True, help="reprod.ckpt (loaded with weights_only=True)")
-    parser.add_argument("--hparams", help="hparams.yaml (default: the one beside the checkpoint)")
-    parser.add_argument(
-        "--text-encoder",
-        help="Hub id or directory with the RoBERTa config and tokenizer (default: the hparams' pretrained_model)",
-    )
-    parser.add_argument("--output", required=True, help="directory to write (must be empty unless --overwrite)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    parser.add_argument(
-        "--head-dim",
-        type=int,
-        default=OPENAI_HEAD_DIM,
-        help=f"CLIP attention head size used to derive head counts (default {OPENAI_HEAD_DIM}, as ViT-B/32)",
-    )
-    return parser
-
-
-def run_conversion(args: argparse.Namespace) -> int:
-    """Run a parsed `convert-polos` command; errors about the input print one clear line and return 2."""
-    try:
-        convert_polos_checkpoint(
-            args.checkpoint,
-            args.output,
-            hparams=args.hparams,
-            text_encoder=args.text_encoder,
-            head_dim=args.head_dim,
-            overwrite=args.overwrite,
-        )
-    except (ValueError, FileNotFoundError, FileExistsError) as error:  # CheckpointError is a ValueError
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    return run_conversion(build_parser().parse_args(argv))
-
-
 __all__ = [
     "ALLOWED_LIGHTNING_GLOBALS",
-    "build_parser",
     "convert_polos_checkpoint",
     "convert_polos_state_dict",
     "load_polos_checkpoint",
-    "main",
 ]

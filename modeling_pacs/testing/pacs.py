@@ -41,7 +41,7 @@ Built by `modeling_pacs.testing.pacs.make_tiny_model(variant="{variant}", seed={
 scores are meaningless.
 """
 # backbone argument of `make_tiny_model` -> (Hub id of the architecture it imitates, card wording).
-TINY_BACKBONES = {
+TINY_BACKBONE_CARDS = {
     "clip": ("openai/clip-vit-base-patch32", "CLIP", "the real CLIP tokenizer"),
     "siglip": ("google/siglip-base-patch16-224", "SigLIP", "a SigLIP sentencepiece tokenizer trained in code"),
     "siglip2": ("google/siglip2-base-patch16-224", "SigLIP 2", "a SigLIP 2 (Gemma BPE) tokenizer trained in code"),
@@ -273,7 +273,7 @@ def make_tiny_model(
         backbone_config=clip_config,
         variant=variant,
         adapter_path="adapter" if variant == "pac_s_pp" else None,
-        base_model_id=TINY_BACKBONES[backbone][0],
+        base_model_id=TINY_BACKBONE_CARDS[backbone][0],
     )
     model = PACSModel(config).eval()
     model.tokenizer = tokenizer
@@ -282,7 +282,7 @@ def make_tiny_model(
     if output_dir is not None:
         save_remote_code_model(model, output_dir, processor=build_processor(model.config, model.tokenizer))
         card = Path(output_dir) / "README.md"
-        base_model, towers, tokenizer_words = TINY_BACKBONES[backbone]
+        base_model, towers, tokenizer_words = TINY_BACKBONE_CARDS[backbone]
         card.write_text(
             TINY_MODEL_CARD.format(
                 variant=variant,

@@ -20,9 +20,9 @@ from transformers import (
     Blip2ForImageTextRetrieval,
 )
 
+from ..hub import save_remote_code_model
 from ..models.configuration_pearl import PearlConfig
 from ..models.modeling_pearl import PearlModel
-from ..pearl.saving import save_pearl
 
 # A word-piece vocabulary big enough for the captions the tests write.
 TINY_WORDS = (
@@ -185,7 +185,7 @@ def make_tiny_pearl(directory: str | Path, seed: int = 0) -> Path:
     make_tiny_stella(directory / "encoders" / "stella", seed=seed)
     torch.manual_seed(seed)
     model = PearlModel(tiny_pearl_model_config()).eval()
-    save_pearl(model, directory)
+    save_remote_code_model(model, directory)
     return directory
 
 

@@ -103,17 +103,11 @@ def make_tiny_polos_model(
     model.clip_tokenizer = build_clip_tokenizer(config.max_text_length)
     model.text_tokenizer = text_tokenizer
     if output_dir is not None:
-        save_polos_hub_ready(model, output_dir)
+        save_remote_code_model(model, output_dir)
         card = Path(output_dir) / "README.md"
         card.write_text(TINY_MODEL_CARD.format(seed=seed, width=width), encoding="utf-8")
         card.chmod(0o644)
     return model
 
 
-def save_polos_hub_ready(model: PolosModel, output_dir: str | Path):
-    """Save a Polos directory that `AutoModel.from_pretrained(dir, trust_remote_code=True)` loads in a fresh
-    process: config with `auto_map`, the remote code, safetensors weights and both tokenizers."""
-    save_remote_code_model(model, output_dir)
-
-
-__all__ = ["build_tiny_roberta_tokenizer", "make_tiny_polos_model", "save_polos_hub_ready", "tiny_roberta_config"]
+__all__ = ["build_tiny_roberta_tokenizer", "make_tiny_polos_model", "tiny_roberta_config"]

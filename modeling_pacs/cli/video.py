@@ -8,7 +8,10 @@ import argparse
 import json
 from pathlib import Path
 
-from .models.video import VIDEO_EXTENSIONS
+from ..caption_files import format_results
+from ..jobs import write_text_atomically
+from ..models.video import VIDEO_EXTENSIONS
+from .arguments import positive_int
 
 VIDEO_EPILOG = """
 videos:
@@ -17,13 +20,6 @@ videos:
   --video treats every item as a video (also folders of frame images).
   pacs-score videos.jsonl --num-frames 10 --idf vatex_train_captions.txt --output video_scores.json
 """
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 def add_video_arguments(parser: argparse.ArgumentParser):
@@ -77,12 +73,10 @@ def read_idf_option(value: str) -> bool | list[str]:
 
 def run_video_score(args: argparse.Namespace, items: list[dict], model, with_references: bool) -> dict:
     """Score items as videos, write the output file (as `pacs-score` does for images) and print the means."""
-    from .cli import format_results, write_atomically
-
     names, means = score_video_items(model, items, args, with_references)
     if args.output:
         text = format_results(items, names, means, args.model, model.config.w, args.output.suffix.lower())
-        write_atomically(args.output, [text])
+        write_text_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items())
     print(f"{len(items)} video captions scored with {args.model}: mean {summary}")
     if args.output:

@@ -1,0 +1,158 @@
+"""Caption files in, score files out: what `pacs-score`, corpus scoring and the evaluation harness read and write.
+
+Inputs are a JSON mapping `{image: caption | [captions]}`, JSON lines or CSV with `image`, `caption` and optional
+`references`; relative image paths are resolved against an image root. Outputs are JSON (summary and items), JSON
+lines or CSV (items and a MEAN row), written by the callers atomically.
+"""
+
+import csv
+import json
+import os
+from pathlib import Path
+
+from .output_paths import strict_json
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+def resolve_image(image, image_root: Path):
+    """Relative paths (and `~`) are resolved against `image_root`; other image values go to the engine as they are."""
+    if isinstance(image, str):
+        path = Path(os.path.expanduser(image))
+        return str(path if path.is_absolute() else image_root / path)
+    if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
+        return resolve_image(image["path"], image_root)
+    return image
+
+
+def load_json_file(path: Path):
+    """Parse a JSON file; errors name the file, line and column, and repeated object keys are refused."""
+
+    def unique_keys(pairs: list[tuple]) -> dict:
+        seen = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ValueError(
+                    f"{path}: the key '{key}' appears twice, so one of its values would be lost: merge them "
+                    "(several captions of one image go in a list)"
+                )
+            seen[key] = value
+        return seen
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error})") from None
+
+
+def captions_of(image: str, value, input_path: Path) -> list[str]:
+    """The captions of one image in a JSON mapping: a string or a list of strings."""
+    captions = [value] if isinstance(value, str) else value
+    if not isinstance(captions, list) or not all(isinstance(caption, str) for caption in captions):
+        raise ValueError(
+            f"{input_path}: the captions of '{image}' are {json.dumps(value)[:80]}: expected a string or a list of "
+            "strings"
+        )
+    return captions
+
+
+def read_items(input_path: Path, image_root: Path) -> list[dict]:
+    """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
+    suffix = input_path.suffix.lower()
+    if suffix == ".json":
+        mapping = load_json_file(input_path)
+        if not isinstance(mapping, dict):
+            raise ValueError(f"{input_path}: a JSON input must be an object {{image_path: caption or [captions]}}")
+        items = [
+            {"image": image, "caption": caption}
+            for image, value in mapping.items()
+            for caption in captions_of(image, value, input_path)
+        ]
+    elif suffix == ".jsonl":
+        items = []
+        with input_path.open(encoding="utf-8-sig") as handle:
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{input_path}: line {line_number} is not valid JSON: {error.msg}") from None
+                if not isinstance(item, dict):
+                    raise ValueError(f'{input_path}: line {line_number} is not a JSON object {{"image", "caption"}}')
+                items.append(item)
+    elif suffix == ".csv":
+        # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
+        with input_path.open(newline="", encoding="utf-8-sig") as handle:
+            items = list(csv.DictReader(handle))
+        for row, item in enumerate(items):
+            cell = item.pop("references", None)
+            if cell is None or not cell.strip():
+                continue  # no references for this row (all rows or none must have them)
+            try:
+                item["references"] = json.loads(cell)
+            except json.JSONDecodeError as error:
+                raise ValueError(
+                    f"{input_path}: row {row} (line {row + 2}): the references cell is not a JSON list "
+                    f'({error.msg}); write it as ["first reference", "second reference"]'
+                ) from None
+    else:
+        raise ValueError(f"{input_path}: unsupported input format '{suffix}' (use .json, .jsonl or .csv)")
+    if not items:
+        raise ValueError(f"{input_path} holds no captions: nothing to score")
+    for row, item in enumerate(items):
+        if "image" not in item and "video" in item:
+            item["image"] = item.pop("video")
+        missing = [column for column in ("image", "caption") if column not in item]
+        if missing:
+            raise ValueError(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
+        if not isinstance(item["image"], str):
+            raise ValueError(f"{input_path}: item {row}'s image is {item['image']!r}: expected a path string")
+        item["image_path"] = resolve_image(item["image"], image_root)
+    return items
+
+
+def attach_references(items: list[dict], references_path: Path, image_root: Path):
+    mapping = load_json_file(references_path)
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{references_path}: references must be a JSON object {{image_path: [reference, ...]}}")
+    by_path = {resolve_image(key, image_root): value for key, value in mapping.items()}
+    for item in items:
+        references = by_path.get(item["image_path"])
+        if references is None:
+            raise ValueError(f"{references_path}: no references for image '{item['image']}'")
+        item["references"] = [references] if isinstance(references, str) else references
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+OUTPUT_SUFFIXES = (".json", ".jsonl", ".csv")
+
+
+def format_results(items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str) -> str:
+    """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row)."""
+    rows = [{"image": item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
+    if suffix == ".csv":
+        from io import StringIO
+
+        buffer = StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=["image", "caption", *names])
+        writer.writeheader()
+        writer.writerows(rows)
+        writer.writerow({"image": "MEAN", "caption": "", **means})
+        return buffer.getvalue()
+    if suffix == ".jsonl":
+        return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)
+    summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means, "items": rows}
+    return strict_json(summary, indent=2, ensure_ascii=False) + "\n"
+
+
+__all__ = [
+    "OUTPUT_SUFFIXES",
+    "attach_references",
+    "captions_of",
+    "format_results",
+    "load_json_file",
+    "read_items",
+    "resolve_image",
+]

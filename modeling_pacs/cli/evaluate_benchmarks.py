@@ -1,0 +1,205 @@
+"""Reproduce the papers' tables: human-correlation, hallucination and system-level benchmarks for any metric.
+
+Reads the user's local copy of the ORIGINAL benchmark files (nothing downloads), scores them with one or more models
+(--model) or takes any metric's per-item scores (--scores), applies the official protocol (or the papers' variant,
+see the options) and prints each table beside the papers' numbers. File layouts: README, 'Benchmark data layouts'.
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
+from modeling_pacs.evaluation.harness import HarnessConfig, run
+from modeling_pacs.evaluation.report import format_systems, format_table
+from modeling_pacs.evaluation.systems import COCO_METRICS
+
+EPILOG = """
+examples:
+  python scripts/evaluate_benchmarks.py --benchmark flickr8k_expert --data-dir data/flickr8k \\
+      --model pac_s_pp_vit_b32 --model clip_s_vit_b32 --w 2.0 --output results/
+  python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --dump-items foil_items.jsonl
+  python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --scores Polos=polos_scores.jsonl
+  python scripts/evaluate_benchmarks.py --benchmark all --data-dir data/ --model pac_s_pp_vit_b32 --output out/
+  python scripts/evaluate_benchmarks.py --captions base=base.json --captions scst=scst.json \\
+      --references refs.json --model pac_s_pp_vit_b32 --model clip_s_vit_b32
+
+--scores FILE is JSONL, one {"id": ..., "score": ...[, "ref_score": ...]} per item of --dump-items.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--benchmark",
+        action="append",
+        choices=[*BENCHMARKS, "all"],
+        default=[],
+        help="benchmark to run (repeatable); 'all' runs every sub-folder of --data-dir named after one",
+    )
+    parser.add_argument("--data-dir", type=Path, help="local copy of the benchmark's original files")
+    parser.add_argument("--model", action="append", default=[], help="alias, Hub id or directory (repeatable)")
+    parser.add_argument(
+        "--scores",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE",
+        help="per-item scores of any metric (JSONL id/score[/ref_score]); no model is loaded",
+    )
+    parser.add_argument("--dump-items", type=Path, metavar="FILE", help="write the benchmark items as JSONL")
+    parser.add_argument(
+        "--captions",
+        action="append",
+        default=[],
+        metavar="SYSTEM=FILE",
+        help="system-level evaluation: a captioner's output (JSON/JSONL/CSV as pacs-score reads)",
+    )
+    parser.add_argument("--references", type=Path, help="--captions: JSON {image: [references]}")
+    parser.add_argument(
+        "--coco-metrics",
+        nargs="+",
+        choices=COCO_METRICS,
+        default=list(COCO_METRICS),
+        help="--captions: COCO caption metrics to compute when pycocoevalcap is installed",
+    )
+    parser.add_argument("--image-root", type=Path, help="--captions: folder relative image paths start from")
+    parser.add_argument("--output", type=Path, help="folder for results.json, results.md, plots and cached scores")
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output folder")
+    parser.add_argument("--resume", action="store_true", help="reuse the cached per-item scores in --output")
+    parser.add_argument("--w", type=float, help="override the model's w (official PAC-S code: 2.0; paper: 2.5 B/32)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
+    parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="default fp32 (the reference numbers)")
+    parser.add_argument("--image-batch-size", type=int, default=64)
+    parser.add_argument("--text-batch-size", type=int, default=256)
+    parser.add_argument("--video-batch-size", type=int, default=16)
+    parser.add_argument("--chunk-size", type=int, default=16384, help="items per cached chunk (resume granularity)")
+    protocol = parser.add_argument_group("protocol variants (defaults: the official code)")
+    protocol.add_argument(
+        "--official-rounding",
+        action="store_true",
+        help="Composite/Polaris/Nebula: raw coefficients rounded to 4 decimals (Polos/DENEB)",
+    )
+    protocol.add_argument(
+        "--composite-remove-candidate",
+        action="store_true",
+        help="Composite, DENEB CSV or Hugging Face copy: drop references equal to the candidate (papers)",
+    )
+    protocol.add_argument(
+        "--composite-rating",
+        choices=["correctness", "thoroughness", "mean"],
+        default="correctness",
+        help="Composite, original AMT_eval files: the human rating (CLIPScore: correctness)",
+    )
+    protocol.add_argument(
+        "--composite-keep-candidate",
+        action="store_true",
+        help="Composite, original AMT_eval files: keep references equal to the candidate (default: removed)",
+    )
+    protocol.add_argument(
+        "--pascal-references",
+        choices=["all", "draws"],
+        default="all",
+        help="Pascal-50S: all 48 references (official) or random draws (papers)",
+    )
+    protocol.add_argument("--pascal-draws", type=int, default=5)
+    protocol.add_argument("--pascal-per-draw", type=int, default=5)
+    protocol.add_argument("--pascal-seed", type=int, default=0)
+    protocol.add_argument(
+        "--pascal-ties",
+        choices=["b", "a", "wrong"],
+        default="b",
+        help="Pascal-50S metric ties: B (official), A, or never correct (paper wording)",
+    )
+    protocol.add_argument(
+        "--foil-pairs",
+        choices=["all", "one_per_image", "subset8k"],
+        default="all",
+        help="FOIL pairs: all (official), one per image (papers), 8k Karpathy val+test (PAC-S++)",
+    )
+    protocol.add_argument(
+        "--foil-four-refs",
+        choices=["all", "four"],
+        default="all",
+        help="FOIL 4-ref: all remaining references (official) or the first four (papers)",
+    )
+    protocol.add_argument(
+        "--vatex-unrounded",
+        action="store_true",
+        help="VATEX-EVAL: skip EMScore's 4-decimal rounding of predictions and results",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.benchmark and args.data_dir is None:
+        raise SystemExit("--benchmark needs --data-dir (the local copy of the original files)")
+    if args.dump_items and not args.benchmark:
+        raise SystemExit("--dump-items needs --benchmark")
+    for name in (
+        "pascal_draws",
+        "pascal_per_draw",
+        "image_batch_size",
+        "text_batch_size",
+        "video_batch_size",
+        "chunk_size",
+    ):
+        if getattr(args, name) <= 0:
+            raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.pascal_seed < 0:
+        raise SystemExit(f"--pascal-seed must be >= 0, got {args.pascal_seed}")
+    options = BenchmarkOptions(
+        official_rounding=args.official_rounding,
+        composite_remove_candidate=args.composite_remove_candidate,
+        composite_rating=args.composite_rating,
+        composite_keep_candidate=args.composite_keep_candidate,
+        pascal_references=args.pascal_references,
+        pascal_draws=args.pascal_draws,
+        pascal_per_draw=args.pascal_per_draw,
+        pascal_seed=args.pascal_seed,
+        pascal_ties=args.pascal_ties,
+        foil_pairs=args.foil_pairs,
+        foil_four_refs=args.foil_four_refs,
+        vatex_rounding=not args.vatex_unrounded,
+    )
+    config = HarnessConfig(
+        benchmarks=args.benchmark,
+        data_dir=args.data_dir,
+        models=args.model,
+        scores=args.scores,
+        captions=args.captions,
+        references=args.references,
+        coco_metrics=args.coco_metrics,
+        image_root=args.image_root,
+        output=args.output,
+        dump_items=args.dump_items,
+        w=args.w,
+        device=args.device,
+        dtype=args.dtype,
+        image_batch_size=args.image_batch_size,
+        text_batch_size=args.text_batch_size,
+        video_batch_size=args.video_batch_size,
+        chunk_size=args.chunk_size,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        progress=False if args.quiet else None,
+    )
+    try:
+        results = run(config, options)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        raise SystemExit(f"error: {error}") from error
+    for result in results["benchmarks"].values():
+        if result["rows"]:
+            print(format_table(result))
+    if results.get("systems"):
+        print(format_systems(results["systems"]))
+    return results
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,73 @@
+"""`pacs-pp`: every command of the package in one place (score, make-tiny, the converters, register-metric, ...).
+
+A new command is a module of `modeling_pacs.cli` with `build_parser(parser)` and `run(args)`, registered here.
+"""
+
+import argparse
+import logging
+import shutil
+from pathlib import Path
+
+from ..output_paths import check_output_directory
+from . import convert
+from .convert import CONVERTERS
+from .score import SCORE_EPILOG, build_score_parser, run_score
+
+
+def main(argv: list[str] | None = None):
+    """`pacs-pp`: utilities (score, make-tiny, convert)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities")
+    commands = parser.add_subparsers(dest="command", required=True)
+    score = commands.add_parser(
+        "score",
+        help="score captions (same as pacs-score)",
+        epilog=SCORE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build_score_parser(score)
+    tiny = commands.add_parser("make-tiny", help="save a random tiny model directory (offline tests and demos)")
+    tiny.add_argument("output", type=Path)
+    tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
+    tiny.add_argument("--backbone", choices=["clip", "siglip", "siglip2"], default="clip", help="tiny towers' family")
+    for command, converter in CONVERTERS.items():
+        convert.build_parser(command, commands.add_parser(command, help=converter.help))
+    register = commands.add_parser(
+        "register-metric",
+        help="install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder",
+    )
+    register.add_argument(
+        "--modules-cache",
+        type=Path,
+        help="evaluate's modules cache (default: $HF_MODULES_CACHE, i.e. $HF_HOME/modules)",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "score":
+        try:
+            run_score(args)
+        except (OSError, ValueError, TypeError) as error:
+            raise SystemExit(f"pacs-pp score: error: {error}") from None
+    elif args.command == "make-tiny":
+        from ..testing.pacs import make_tiny_model
+
+        try:
+            check_output_directory(args.output, overwrite=args.overwrite)
+        except ValueError as error:
+            raise SystemExit(f"pacs-pp make-tiny: error: {error}") from None
+        if args.output.is_dir() and any(args.output.iterdir()):
+            shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
+        make_tiny_model(args.output, variant=args.variant, seed=args.seed, backbone=args.backbone)
+        print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
+    elif args.command in CONVERTERS:
+        return convert.run(args.command, args)
+    elif args.command == "register-metric":
+        from ..metric_module.registration import register_metric
+
+        for copy in register_metric(args.modules_cache):
+            print(f"registered {copy}")
+        print("evaluate.load('pacs_pp') and evaluate.load('pacs-pp/pacs_pp') now load it from any folder, offline too")
+
+
+__all__ = ["main"]

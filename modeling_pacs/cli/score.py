@@ -1,0 +1,167 @@
+"""`pacs-score` (and `pacs-pp score`): score the captions of a JSON, JSON lines or CSV file, images or videos."""
+
+import argparse
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, read_items
+from ..jobs import write_text_atomically
+from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from ..output_paths import check_output_file
+from .arguments import positive_int
+from .video import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
+
+logger = logging.getLogger("pacs_pp")
+
+SCORE_EPILOG = f"""
+input formats:
+  JSON   {{"images/cat.jpg": "a cat on a sofa", "images/dog.jpg": ["a dog", "a brown dog running"]}}
+  JSONL  one object per line: {{"image": "cat.jpg", "caption": "a cat", "references": ["a cat on a couch"]}}
+  CSV    columns image, caption and optionally references (a JSON list, e.g. ["ref one", "ref two"])
+Relative image paths are resolved against --image-root (default: the input file's folder).
+--references FILE is a JSON {{image_path: [reference, ...]}} applied to every caption of that image.
+
+models: a local directory, a Hub id, or an alias: {", ".join(sorted(PRETRAINED_MODELS))};
+"tiny" (random weights, meaningless scores) for an offline smoke run.
+A Pearl model directory gives the columns Pearl-img (reference-free) and Pearl ("tiny:pearl" for a smoke run).
+
+examples:
+  pacs-score captions.json --output scores.json
+  pacs-score captions.jsonl --model clip_s_vit_b32 --output scores.csv
+  pacs-score captions.json --references refs.json --device cuda --dtype fp16
+"""
+SCORE_EPILOG += VIDEO_EPILOG
+
+
+def quiet_libraries(verbose: bool):
+    """Keep the libraries' developer notes (deprecations, loading reports) off a user's terminal."""
+    if verbose:
+        return
+    import warnings
+
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"(transformers|peft|huggingface_hub|torch)\b")
+
+
+@contextmanager
+def quiet_loading(verbose: bool):
+    """Hide the weight-loading progress bars while a model loads (our own progress bars stay on afterwards)."""
+    import huggingface_hub.utils
+    import transformers
+
+    hidden = not verbose and transformers.utils.logging.is_progress_bar_enabled()
+    if hidden:
+        transformers.utils.logging.disable_progress_bar()
+        huggingface_hub.utils.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if hidden:
+            transformers.utils.logging.enable_progress_bar()
+            huggingface_hub.utils.enable_progress_bars()
+
+
+# ---------------------------------------------------------------------------------------------------- commands
+def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog="pacs-score",
+        description="Score image captions with PAC-S++ (reference-free) and RefPAC-S++ (with references); "
+        "also CLIP-S and PAC-S.",
+        epilog=SCORE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("input", type=Path, help="captions file: .json mapping, .jsonl or .csv (see below)")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("PACS_MODEL", DEFAULT_MODEL),
+        help=f"alias, Hub id or local directory (default: {DEFAULT_MODEL}, or $PACS_MODEL)",
+    )
+    parser.add_argument("--references", type=Path, help="JSON {image_path: [references]} for RefPAC-S++")
+    parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
+    parser.add_argument(
+        "--output", "-o", type=Path, help="write per-item scores and means (.json, .jsonl or .csv; not an input)"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
+    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ...")
+    parser.add_argument(
+        "--dtype",
+        choices=["fp32", "fp16", "bf16"],
+        default="fp32",
+        help="fp32 gives the reference numbers; fp16/bf16 speed up the GPU encoders (deviation <= ~1e-2, see README)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"
+    )
+    add_video_arguments(parser)
+    return parser
+
+
+def run_score(args: argparse.Namespace) -> dict:
+    quiet_libraries(args.verbose)
+    image_root = args.image_root or args.input.parent
+    if not args.input.is_file():
+        raise SystemExit(f"input file '{args.input}' does not exist")
+    if args.output:
+        check_output_file(args.output, inputs=[args.input, args.references], suffixes=OUTPUT_SUFFIXES)
+    items = read_items(args.input, image_root)
+    if args.references:
+        attach_references(items, args.references, image_root)
+    with_references = [item for item in items if item.get("references")]
+    if with_references and len(with_references) != len(items):
+        missing = next(index for index, item in enumerate(items) if not item.get("references"))
+        raise SystemExit(f"item {missing} ('{items[missing]['image']}') has no references while others do")
+    if not with_references and (args.references or any("references" in item for item in items)):
+        raise SystemExit(
+            "references were given but every item's reference list is empty: give at least one reference per item, "
+            "or leave references out for the reference-free score"
+        )
+
+    videos = is_video_run(args, items)
+    with quiet_loading(args.verbose):
+        model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
+    if videos:
+        return run_video_score(args, items, model, bool(with_references))
+    output = model.score(
+        [item["image_path"] for item in items],
+        [item["caption"] for item in items],
+        references=[item["references"] for item in items] if with_references else None,
+        image_batch_size=args.batch_size,
+        text_batch_size=4 * args.batch_size,
+        progress=False if args.no_progress else None,
+    )
+    free_name, ref_name = model.config.score_names
+    names = [free_name]
+    means = {free_name: output.mean_score}
+    for item, score in zip(items, output.scores.tolist()):
+        item[free_name] = score
+    if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
+        names.append(ref_name)
+        means[ref_name] = output.mean_ref_score
+        for item, score in zip(items, output.ref_scores.tolist()):
+            item[ref_name] = score
+    if args.output:
+        suffix = args.output.suffix.lower()
+        text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)
+        write_text_atomically(args.output, [text])
+    summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items())
+    weight = f" (w={model.config.w})" if getattr(model.config, "w", None) is not None else ""
+    print(f"{len(items)} captions scored with {args.model}{weight}: mean {summary}")
+    if args.output:
+        print(f"per-item scores written to {args.output}")
+    return means
+
+
+def score_main(argv: list[str] | None = None):
+    """`pacs-score`: score captions from a JSON/JSONL/CSV file."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    args = build_score_parser().parse_args(argv)
+    try:
+        run_score(args)
+    except (OSError, ValueError, TypeError) as error:
+        raise SystemExit(f"pacs-score: error: {error}") from None

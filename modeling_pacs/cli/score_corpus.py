@@ -1,0 +1,337 @@
+"""Score a large caption corpus with PAC-S++ (or CLIP-S / PAC-S): sharded, streaming, resumable.
+
+Rows are read as a stream (memory does not grow with the corpus) and cut into shards of `--shard-size` consecutive
+rows; shard k belongs to process `k % num_processes`. Each finished shard is written atomically to
+`OUTPUT_DIR/shards/shard-KKKKKKK.jsonl`; a rerun skips the shards already there, so an interrupted run resumes
+without rescoring or losing anything. When every shard is done, the main process merges them, in row order, into
+`OUTPUT_DIR/scores.jsonl` (one `{"row": i, "PAC-S++": ...}` per row) and `OUTPUT_DIR/summary.json` (corpus means).
+`OUTPUT_DIR/manifest.json` pins what the shards were computed from (the input's content, the image root, the model
+and the options): a rerun with an edited input, another --image-root or another model is refused with a message
+naming what changed. The machinery is `modeling_pacs.jobs.ShardedJob`.
+
+Inputs: `.jsonl`, `.csv` (references as a JSON list), `.parquet`, a `datasets` folder (`save_to_disk`), or a
+`datasets` name/folder for `load_dataset` (streamed, with `--split`).
+
+Examples:
+    python scripts/score_corpus.py captions.jsonl --output-dir scores/
+    accelerate launch --num_processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
+    accelerate launch --multi_gpu --num_processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
+    torchrun --nproc_per_node 2 scripts/score_corpus.py captions.csv --output-dir scores/ --cpu
+(`accelerate launch --cpu` alone starts ONE process; several CPU processes need --multi_gpu or torchrun, plus --cpu.)
+"""
+
+import argparse
+import csv
+import json
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from modeling_pacs.caption_files import resolve_image
+from modeling_pacs.data import is_saved_dataset
+from modeling_pacs.jobs import (
+    RowBlock,
+    ShardedJob,
+    ShardReader,
+    launch_state,
+    path_fingerprint,
+    write_text_atomically,
+)
+from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.output_paths import check_output_directory
+
+logger = logging.getLogger("score_corpus")
+
+# Rows read from the input at a time; independent of the shard size, so reading never holds more than this.
+READ_BLOCK_ROWS = 4096
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
+    def decode(lines: list[str], first_row: int) -> Callable[[int, int], list[dict]]:
+        def rows(begin: int, end: int) -> list[dict]:
+            decoded = []
+            for offset, line in enumerate(lines[begin:end]):
+                try:
+                    decoded.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise SystemExit(f"{path}: row {first_row + begin + offset} is not valid JSON: {error}") from None
+            return decoded
+
+        return rows
+
+    start = 0
+    lines: list[str] = []
+    with path.open(encoding="utf-8-sig") as handle:
+        for line in handle:
+            if not line.strip():
+                continue  # blank lines are not rows
+            lines.append(line)
+            if len(lines) == READ_BLOCK_ROWS:
+                yield RowBlock(start, len(lines), decode(lines, start))
+                start, lines = start + len(lines), []
+    if lines:
+        yield RowBlock(start, len(lines), decode(lines, start))
+
+
+def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
+    """Blocks over an iterator of already decoded rows (CSV, streamed `datasets`)."""
+    start = 0
+    block: list[dict] = []
+    for row in rows:
+        block.append(row)
+        if len(block) == READ_BLOCK_ROWS:
+            yield RowBlock(start, len(block), lambda begin, end, block=block: block[begin:end])
+            start, block = start + len(block), []
+    if block:
+        yield RowBlock(start, len(block), lambda begin, end, block=block: block[begin:end])
+
+
+def csv_rows(path: Path) -> Iterator[dict]:
+    # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        yield from csv.DictReader(handle)
+
+
+def parquet_blocks(path: Path, columns: list[str]) -> Iterator[RowBlock]:
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    available = set(parquet.schema_arrow.names)
+    start = 0
+    for batch in parquet.iter_batches(batch_size=READ_BLOCK_ROWS, columns=[c for c in columns if c in available]):
+        yield RowBlock(
+            start, batch.num_rows, lambda begin, end, batch=batch: batch.slice(begin, end - begin).to_pylist()
+        )
+        start += batch.num_rows
+
+
+def dataset_blocks(dataset) -> Iterator[RowBlock]:
+    """Blocks over a map-style `datasets.Dataset`: rows are only read for the shards this process scores."""
+
+    def rows(block_start: int) -> Callable[[int, int], list[dict]]:
+        def decode(begin: int, end: int) -> list[dict]:
+            columns = dataset[block_start + begin : block_start + end]
+            return [dict(zip(columns, values)) for values in zip(*columns.values())]
+
+        return decode
+
+    for start in range(0, len(dataset), READ_BLOCK_ROWS):
+        yield RowBlock(start, min(READ_BLOCK_ROWS, len(dataset) - start), rows(start))
+
+
+def undecoded_images(dataset, image_column: str):
+    """`datasets.Image` columns as `{"bytes", "path"}` dicts: the core decodes them, and only once per image."""
+    import datasets
+
+    features = dataset.features or {}
+    if isinstance(features.get(image_column), datasets.Image):
+        return dataset.cast_column(image_column, datasets.Image(decode=False))
+    return dataset
+
+
+def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
+    """The input as a stream of row blocks, whatever its format."""
+    source = args.input
+    columns = [args.image_column, args.caption_column, *filter(None, [args.references_column]), *args.keep_columns]
+    suffix = source.suffix.lower()
+    if source.is_file() and suffix == ".jsonl":
+        return jsonl_blocks(source)
+    if source.is_file() and suffix == ".csv":
+        return list_blocks(csv_rows(source))
+    if source.is_file() and suffix == ".parquet":
+        return parquet_blocks(source, columns)
+    if source.is_file():
+        raise SystemExit(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
+    import datasets
+
+    if is_saved_dataset(source):
+        dataset = datasets.load_from_disk(str(source))
+        if isinstance(dataset, datasets.DatasetDict):
+            if args.split not in dataset:
+                raise SystemExit(f"{source}: no split '{args.split}' (splits: {sorted(dataset)}); pass --split")
+            dataset = dataset[args.split]
+        return dataset_blocks(undecoded_images(dataset, args.image_column))
+    streamed = datasets.load_dataset(str(source), split=args.split, streaming=True)
+    return list_blocks(iter(undecoded_images(streamed, args.image_column)))
+
+
+# ---------------------------------------------------------------------------------------------------- scoring
+def parse_references(value, row: int) -> list[str]:
+    if isinstance(value, str) and not value.strip():
+        raise SystemExit(
+            f"row {row} has an empty references cell: every row needs at least one reference with "
+            "--references-column (drop the row, or score without references)"
+        )
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.lstrip().startswith("[") else [value]
+        except json.JSONDecodeError as error:
+            raise SystemExit(f"row {row}: references are not a valid JSON list: {error}") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(reference, str) for reference in value):
+        raise SystemExit(f"row {row}: references must be a list of strings, got {json.dumps(value)[:80]}")
+    if not value:
+        raise SystemExit(f"row {row} has no references: every row needs at least one with --references-column")
+    return list(value)
+
+
+def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, image_root: Path) -> list[dict]:
+    """Per-row results of one shard: `{"row", <score name>, [<ref score name>], kept columns}`."""
+    first_row = shard * args.shard_size
+    images, captions, references = [], [], []
+    needed = [args.image_column, args.caption_column, *filter(None, [args.references_column])]
+    for offset, row in enumerate(rows):
+        missing = [column for column in needed if row.get(column) is None]
+        if missing:
+            raise SystemExit(
+                f"row {first_row + offset} lacks {missing} (columns: {sorted(row)}); set --image-column, "
+                "--caption-column or --references-column"
+            )
+        absent = [column for column in args.keep_columns if column not in row]
+        if absent:
+            raise SystemExit(
+                f"--keep-columns names {absent}, which row {first_row + offset} does not have (columns: "
+                f"{sorted(row)}): check the spelling"
+            )
+        images.append(resolve_image(row[args.image_column], image_root))
+        captions.append(row[args.caption_column])
+        if args.references_column:
+            references.append(parse_references(row[args.references_column], first_row + offset))
+    try:
+        output = model.score(
+            images,
+            captions,
+            references=references or None,
+            image_batch_size=args.batch_size,
+            text_batch_size=4 * args.batch_size,
+            progress=False,
+        )
+    except (OSError, ValueError, TypeError) as error:
+        raise SystemExit(
+            f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}; item i is row {first_row} + i): {error}. "
+            "Finished shards are kept: fix the input and rerun the same command to resume"
+        ) from None
+    free_name, ref_name = model.config.score_names
+    results = []
+    for offset, row in enumerate(rows):
+        result = {"row": first_row + offset, free_name: float(output.scores[offset])}
+        if output.ref_scores is not None:
+            result[ref_name] = float(output.ref_scores[offset])
+        result.update({column: row.get(column) for column in args.keep_columns})
+        results.append(result)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
+    """What the shard files depend on (issue 10, defect 6): a resumed run must have equal values, or it is refused.
+
+    The input is pinned by its content (sha256 of a file; of the file listing, sizes and times of a dataset folder),
+    the model by its name and, for a local folder, its files; the image root and every option that changes a score.
+    """
+    return {
+        "input": str(args.input.resolve()) if args.input.exists() else str(args.input),
+        "input_content": path_fingerprint(args.input),
+        "split": args.split,
+        "image_root": str(image_root.resolve()),
+        "model": str(Path(args.model).resolve()) if Path(args.model).exists() else args.model,
+        "model_content": path_fingerprint(args.model),
+        "dtype": args.dtype,
+        "image_column": args.image_column,
+        "caption_column": args.caption_column,
+        "references_column": args.references_column,
+        "keep_columns": args.keep_columns,
+    }
+
+
+def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: tuple) -> dict:
+    """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums)."""
+    sums = dict.fromkeys(score_names, 0.0)
+    counts = dict.fromkeys(score_names, 0)
+
+    def merged_lines() -> Iterator[str]:
+        for result in job.merged_rows(num_rows, job.read_jsonl_shard):
+            for name in score_names:
+                if name in result:
+                    sums[name] += result[name]
+                    counts[name] += 1
+            yield json.dumps(result, ensure_ascii=False) + "\n"
+
+    write_text_atomically(job.output_dir / "scores.jsonl", merged_lines())
+    means = {name: sums[name] / counts[name] for name in score_names if counts[name]}
+    summary = {"model": model_name, "num_items": num_rows, "num_shards": job.num_shards(num_rows), "mean": means}
+    write_text_atomically(job.output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
+    job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("input", type=Path, help=".jsonl / .csv / .parquet file, or a datasets folder or name")
+    parser.add_argument("--output-dir", type=Path, required=True, help="shards, scores.jsonl and summary.json")
+    parser.add_argument(
+        "--model",
+        default=os.environ.get("PACS_MODEL", DEFAULT_MODEL),
+        help=f"alias ({', '.join(sorted(PRETRAINED_MODELS))}), Hub id, local directory, or 'tiny'",
+    )
+    parser.add_argument("--image-column", default="image")
+    parser.add_argument("--caption-column", default="caption")
+    parser.add_argument("--references-column", help="column with a list of references: also compute RefPAC-S++")
+    parser.add_argument("--keep-columns", nargs="*", default=[], help="input columns copied into the output rows")
+    parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
+    parser.add_argument("--split", default="train", help="split of a datasets input")
+    parser.add_argument("--shard-size", type=int, default=2048, help="rows per shard (the unit of resumption)")
+    parser.add_argument("--batch-size", type=int, default=64, help="images per encoder batch (texts: 4x)")
+    parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    parser.add_argument("--cpu", action="store_true", help="score on CPU; CPU processes join through gloo")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """Score this process's shards, then (main process) merge everything. Returns the summary on the main process."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    if args.shard_size < 1:
+        raise SystemExit("--shard-size must be at least 1")
+    if args.batch_size < 1:
+        raise SystemExit(f"--batch-size must be at least 1, got {args.batch_size}")
+    if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
+        raise SystemExit(f"input '{args.input}' does not exist")
+    state = launch_state(args.cpu)
+    image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
+    try:  # a resumable folder of this command's own: existing content is fine, the place rules still hold
+        check_output_directory(args.output_dir, inputs=[args.input], allow_existing=True)
+    except ValueError as error:
+        raise SystemExit(f"--output-dir: {error}") from None
+    job = ShardedJob(
+        args.output_dir,
+        run_manifest(args, image_root),
+        shard_size=args.shard_size,
+        process_index=state.process_index,
+        num_processes=state.num_processes,
+        barrier=state.wait_for_everyone,
+    )
+    wanted = job.start()
+    model = load_model(args.model, device=str(state.device), dtype=None if args.dtype == "fp32" else args.dtype)
+    reader = ShardReader(open_corpus(args), args.shard_size, wanted)
+    for shard, rows in reader:
+        job.write_jsonl_shard(shard, score_shard(model, shard, rows, args, image_root))
+        logger.info("process %d: shard %d (%d rows) done", state.process_index, shard, len(rows))
+    state.wait_for_everyone()
+    if not state.is_main_process:
+        return None
+    summary = merge_shards(job, reader.num_rows, args.model, model.config.score_names)
+    means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
+    print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()

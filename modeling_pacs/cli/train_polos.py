@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Train Polos on Polaris (SPEC-polos §3) and write a Hub-ready PolosModel directory.
+
+The code's recipe by default (head + ScalarMix trained, encoders frozen, summed MSE, Adam lr 3e-5, batch 64 x 4
+accumulation, clip 1.0, seed 42) with the paper's early stopping (validation Kendall tau-c, patience 5);
+`--early_stopping code` selects the released code's (Pearson, patience 1).
+
+Data: the original CSVs (`--train data_en/polaris/polaris_train.csv --validation .../polaris_val.csv`, images in
+`images/` beside them or `--image_root`) or the Hub parquet files (`--train train.parquet --validation val.parquet`).
+The starting model is a Polos directory (e.g. from `pacs-pp convert-polos`, or `tiny:polos` for a smoke run).
+
+Examples:
+
+    python scripts/train_polos.py --model polos-init --train polaris_train.csv --validation polaris_val.csv \\
+        --output_dir runs/polos
+    python scripts/train_polos.py ... --output_dir runs/polos --resume_from_checkpoint runs/polos/checkpoint-300
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from modeling_pacs.hub import save_remote_code_model
+from modeling_pacs.loading import load_model
+from modeling_pacs.models.modeling_polos import PolosModel
+from modeling_pacs.polos.training import (
+    NORMALIZATIONS,
+    PolarisCollator,
+    PolosTrainer,
+    polos_training_arguments,
+    prepare_polos_for_training,
+    read_polaris,
+)
+from modeling_pacs.supervised import EARLY_STOPPING
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
+    return number
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="Polos directory, Hub id or 'tiny:polos' to start from")
+    parser.add_argument("--train", required=True, type=Path, help="Polaris train split (.csv or .parquet)")
+    parser.add_argument("--validation", required=True, type=Path, help="Polaris validation split (.csv or .parquet)")
+    parser.add_argument("--image_root", type=Path, help="CSV layout: image folder (default: images/ beside the CSV)")
+    parser.add_argument("--output_dir", required=True, type=Path, help="checkpoints, and the final model in final/")
+    parser.add_argument("--early_stopping", choices=sorted(EARLY_STOPPING), default="paper")
+    parser.add_argument("--normalization", choices=NORMALIZATIONS, default="official")
+    parser.add_argument("--cache_features", action="store_true", help="encode each image and text once (no dropout)")
+    parser.add_argument("--batch_size", type=positive_int, default=64)
+    parser.add_argument("--gradient_accumulation_steps", type=positive_int, default=4)
+    parser.add_argument("--learning_rate", type=positive_float, default=3e-5)
+    parser.add_argument("--num_train_epochs", type=positive_int, default=100)
+    parser.add_argument("--resume_from_checkpoint", help="a checkpoint-N folder of --output_dir")
+    args = parser.parse_args(argv)
+
+    model = load_model(args.model)
+    if not isinstance(model, PolosModel):
+        raise SystemExit(f"--model '{args.model}' is not a Polos model (model_type polos)")
+    train, validation = read_polaris(args.train, args.image_root), read_polaris(args.validation, args.image_root)
+    training_arguments, callback = polos_training_arguments(
+        args.output_dir,
+        early_stopping=args.early_stopping,
+        per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=args.batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        learning_rate=args.learning_rate,
+        num_train_epochs=args.num_train_epochs,
+    )
+    trainer = PolosTrainer(
+        model=prepare_polos_for_training(model),
+        args=training_arguments,
+        train_dataset=train,
+        eval_dataset=validation,
+        data_collator=PolarisCollator(),
+        callbacks=[callback],
+        normalization=args.normalization,
+        cache_features=args.cache_features,
+    )
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    metrics = trainer.evaluate()
+    save_remote_code_model(trainer.model.eval(), args.output_dir / "final")
+    print(f"validation: {', '.join(f'{k} {v:.4f}' for k, v in metrics.items() if isinstance(v, float))}")
+    print(f"wrote {args.output_dir / 'final'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
