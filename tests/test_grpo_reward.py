@@ -1,23 +1,19 @@
-"""TRL's GRPOTrainer with PACSReward as reward function (examples/grpo_pacs_reward.py, tiny LLaVA policy): TRL
+"""TRL's GRPOTrainer with PACSReward as reward function (modeling_pacs.captioning.grpo, tiny LLaVA policy): TRL
 calls it with its own signature, and the rewards it logs are the engine's scores of the completions it generated."""
-
-import sys
-from pathlib import Path
 
 import pytest
 
+from modeling_pacs.captioning.grpo import caption_prompts, grpo_trainer
 from modeling_pacs.loading import load_model
+from modeling_pacs.testing.llava import tiny_llava
 from tests.helpers import assert_scores_close
 
 pytest.importorskip("trl", reason="TRL is in the 'captioning' extra (scripts/setup.sh installs it)")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import grpo_pacs_reward  # noqa: E402
 
 
 def test_grpo_steps_reward_equals_engine_scores(tmp_path):
-    trainer, reward = grpo_pacs_reward.build_trainer(
-        grpo_pacs_reward.parse_args(["--tiny", "--output_dir", str(tmp_path / "grpo"), "--max_steps", "1"])
-    )
+    policy, processor = tiny_llava()
+    trainer, reward = grpo_trainer(policy, processor, load_model("tiny"), caption_prompts(), str(tmp_path / "grpo"), 1)
     calls = []
 
     def recording_reward(**kwargs):

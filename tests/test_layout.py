@@ -168,7 +168,7 @@ def test_the_remote_code_defaults_match_the_registry():
 @pytest.mark.parametrize("folder", ["modeling_pacs", "scripts", "benchmarks", "tests", "examples", "space"])
 def test_no_sys_path_edits(folder):
     for path in (REPO_ROOT / folder).rglob("*.py"):
-        if "fixtures" in path.parts:
+        if "fixtures" in path.parts or path == Path(__file__).resolve():  # this file names the calls it looks for
             continue
         text = path.read_text(encoding="utf-8")
         for edit in ("sys.path.insert", "sys.path.append", "sys.path.remove"):
@@ -184,5 +184,7 @@ def test_scripts_are_thin_entry_points():
 
 def test_tests_import_library_modules_not_scripts():
     for path in REPO_ROOT.glob("tests/**/*.py"):
+        if path == Path(__file__).resolve():
+            continue
         text = path.read_text(encoding="utf-8")
         assert "spec_from_file_location" not in text or '"scripts"' not in text, path.relative_to(REPO_ROOT)

@@ -21,14 +21,23 @@ Examples:
 """
 
 import argparse
-import csv
-import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from modeling_pacs.caption_files import resolve_image
+from modeling_pacs.corpus_scoring import (
+    CorpusError,
+    csv_rows,
+    dataset_blocks,
+    jsonl_blocks,
+    list_blocks,
+    merge_shards,
+    parquet_blocks,
+    parse_references,
+    undecoded_images,
+)
 from modeling_pacs.data import is_saved_dataset
 from modeling_pacs.jobs import (
     RowBlock,
@@ -36,99 +45,11 @@ from modeling_pacs.jobs import (
     ShardReader,
     launch_state,
     path_fingerprint,
-    write_text_atomically,
 )
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.output_paths import check_output_directory
 
 logger = logging.getLogger("score_corpus")
-
-# Rows read from the input at a time; independent of the shard size, so reading never holds more than this.
-READ_BLOCK_ROWS = 4096
-
-
-# ---------------------------------------------------------------------------------------------------- reading
-def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
-    def decode(lines: list[str], first_row: int) -> Callable[[int, int], list[dict]]:
-        def rows(begin: int, end: int) -> list[dict]:
-            decoded = []
-            for offset, line in enumerate(lines[begin:end]):
-                try:
-                    decoded.append(json.loads(line))
-                except json.JSONDecodeError as error:
-                    raise SystemExit(f"{path}: row {first_row + begin + offset} is not valid JSON: {error}") from None
-            return decoded
-
-        return rows
-
-    start = 0
-    lines: list[str] = []
-    with path.open(encoding="utf-8-sig") as handle:
-        for line in handle:
-            if not line.strip():
-                continue  # blank lines are not rows
-            lines.append(line)
-            if len(lines) == READ_BLOCK_ROWS:
-                yield RowBlock(start, len(lines), decode(lines, start))
-                start, lines = start + len(lines), []
-    if lines:
-        yield RowBlock(start, len(lines), decode(lines, start))
-
-
-def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
-    """Blocks over an iterator of already decoded rows (CSV, streamed `datasets`)."""
-    start = 0
-    block: list[dict] = []
-    for row in rows:
-        block.append(row)
-        if len(block) == READ_BLOCK_ROWS:
-            yield RowBlock(start, len(block), lambda begin, end, block=block: block[begin:end])
-            start, block = start + len(block), []
-    if block:
-        yield RowBlock(start, len(block), lambda begin, end, block=block: block[begin:end])
-
-
-def csv_rows(path: Path) -> Iterator[dict]:
-    # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        yield from csv.DictReader(handle)
-
-
-def parquet_blocks(path: Path, columns: list[str]) -> Iterator[RowBlock]:
-    import pyarrow.parquet as pq
-
-    parquet = pq.ParquetFile(path)
-    available = set(parquet.schema_arrow.names)
-    start = 0
-    for batch in parquet.iter_batches(batch_size=READ_BLOCK_ROWS, columns=[c for c in columns if c in available]):
-        yield RowBlock(
-            start, batch.num_rows, lambda begin, end, batch=batch: batch.slice(begin, end - begin).to_pylist()
-        )
-        start += batch.num_rows
-
-
-def dataset_blocks(dataset) -> Iterator[RowBlock]:
-    """Blocks over a map-style `datasets.Dataset`: rows are only read for the shards this process scores."""
-
-    def rows(block_start: int) -> Callable[[int, int], list[dict]]:
-        def decode(begin: int, end: int) -> list[dict]:
-            columns = dataset[block_start + begin : block_start + end]
-            return [dict(zip(columns, values)) for values in zip(*columns.values())]
-
-        return decode
-
-    for start in range(0, len(dataset), READ_BLOCK_ROWS):
-        yield RowBlock(start, min(READ_BLOCK_ROWS, len(dataset) - start), rows(start))
-
-
-def undecoded_images(dataset, image_column: str):
-    """`datasets.Image` columns as `{"bytes", "path"}` dicts: the core decodes them, and only once per image."""
-    import datasets
-
-    features = dataset.features or {}
-    if isinstance(features.get(image_column), datasets.Image):
-        return dataset.cast_column(image_column, datasets.Image(decode=False))
-    return dataset
 
 
 def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
@@ -158,24 +79,6 @@ def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
 
 
 # ---------------------------------------------------------------------------------------------------- scoring
-def parse_references(value, row: int) -> list[str]:
-    if isinstance(value, str) and not value.strip():
-        raise SystemExit(
-            f"row {row} has an empty references cell: every row needs at least one reference with "
-            "--references-column (drop the row, or score without references)"
-        )
-    if isinstance(value, str):
-        try:
-            value = json.loads(value) if value.lstrip().startswith("[") else [value]
-        except json.JSONDecodeError as error:
-            raise SystemExit(f"row {row}: references are not a valid JSON list: {error}") from None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(reference, str) for reference in value):
-        raise SystemExit(f"row {row}: references must be a list of strings, got {json.dumps(value)[:80]}")
-    if not value:
-        raise SystemExit(f"row {row} has no references: every row needs at least one with --references-column")
-    return list(value)
-
-
 def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, image_root: Path) -> list[dict]:
     """Per-row results of one shard: `{"row", <score name>, [<ref score name>], kept columns}`."""
     first_row = shard * args.shard_size
@@ -245,27 +148,6 @@ def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
     }
 
 
-def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: tuple) -> dict:
-    """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums)."""
-    sums = dict.fromkeys(score_names, 0.0)
-    counts = dict.fromkeys(score_names, 0)
-
-    def merged_lines() -> Iterator[str]:
-        for result in job.merged_rows(num_rows, job.read_jsonl_shard):
-            for name in score_names:
-                if name in result:
-                    sums[name] += result[name]
-                    counts[name] += 1
-            yield json.dumps(result, ensure_ascii=False) + "\n"
-
-    write_text_atomically(job.output_dir / "scores.jsonl", merged_lines())
-    means = {name: sums[name] / counts[name] for name in score_names if counts[name]}
-    summary = {"model": model_name, "num_items": num_rows, "num_shards": job.num_shards(num_rows), "mean": means}
-    write_text_atomically(job.output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
-    job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
-    return summary
-
-
 # ---------------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -297,6 +179,13 @@ def main(argv: list[str] | None = None) -> dict | None:
     """Score this process's shards, then (main process) merge everything. Returns the summary on the main process."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except CorpusError as error:
+        raise SystemExit(str(error)) from None
+
+
+def run(args: argparse.Namespace) -> dict | None:
     if args.shard_size < 1:
         raise SystemExit("--shard-size must be at least 1")
     if args.batch_size < 1:

@@ -151,3 +151,15 @@ def scores_for(items: list[dict], scores: dict[str, float]) -> list[float]:
             raise ValueError(f"score of item '{item['id']}' is {value}: scores must be finite numbers")
         values.append(float(value))
     return values
+
+
+def parse_named(value: str, what: str) -> tuple[str, Path]:
+    """A `NAME=FILE` option (`--scores`, `--captions`): the name defaults to the file's stem, except for captions."""
+    name, separator, path = value.partition("=")
+    if not separator:
+        if what == "--captions":
+            raise ValueError(f"--captions takes SYSTEM=FILE, got {value!r}")
+        return Path(value).stem, Path(value)
+    if not name or not path:
+        raise ValueError(f"{what} takes NAME=FILE, got {value!r}")
+    return name, Path(path)

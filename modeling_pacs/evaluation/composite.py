@@ -42,6 +42,7 @@ from .benchmark import (
     read_tab_lines,
     require_file,
 )
+from .protocols import correlation_report
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -206,8 +207,6 @@ def subset_rows(data_dir: Path, subset: str, rating: str) -> tuple[list[dict], l
 
 def load_amt(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
     """The Composite items from the original AMT_eval files (see the module docstring for the protocol)."""
-    from .rated_csv import correlation_report
-
     rating, keep = options.composite_rating, options.composite_keep_candidate
     if rating not in RATINGS:
         raise ValueError(f"composite_rating must be one of {RATINGS}, got {rating!r}")

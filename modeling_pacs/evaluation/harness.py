@@ -12,7 +12,7 @@ from pathlib import Path
 from ..jobs import write_text_atomically
 from ..output_paths import check_output_directory
 from . import BENCHMARKS, load_benchmark
-from .benchmark import Benchmark, BenchmarkOptions, checksum
+from .benchmark import Benchmark, BenchmarkOptions, checksum, parse_named
 from .report import benchmark_rows, paper_name, write_reports
 from .runner import SCORE_COLUMNS, score_image_items, score_video_items
 from .systems import COCO_METRICS, evaluate_systems
@@ -54,17 +54,6 @@ class HarnessConfig:
             raise ValueError(f"--w must be a finite number > 0, got {self.w}")
         if not (self.models or self.scores or self.dump_items or self.captions):
             raise ValueError("nothing to do: pass --model, --scores, --dump-items or --captions")
-
-
-def parse_named(value: str, what: str) -> tuple[str, Path]:
-    name, separator, path = value.partition("=")
-    if not separator:
-        if what == "--captions":
-            raise ValueError(f"--captions takes SYSTEM=FILE, got {value!r}")
-        return Path(value).stem, Path(value)
-    if not name or not path:
-        raise ValueError(f"{what} takes NAME=FILE, got {value!r}")
-    return name, Path(path)
 
 
 def read_scores(path: Path) -> dict[str, dict[str, float]]:

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .benchmark import scores_for
+
 # Pascal-50S metric-tie policies (BENCHMARKS.md §4, §11.3): the official Polos code predicts B on a tie, a third-party
 # variant predicts A, and the papers' wording ("assigns a higher score") counts a tie as wrong.
 PASCAL_TIE_POLICIES = ("b", "a", "wrong")
@@ -231,3 +233,22 @@ def paired_accuracy(right: dict[str, float], foil: dict[str, float]) -> float:
     if missing:
         raise ValueError(f"videos scored on one side only: {missing[:5]} (every video needs a right and a foil score)")
     return accuracy([right[video] > foil[video] for video in sorted(right)])
+
+
+def correlation_report(items: list[dict], official_rounding: bool):
+    """The CSV benchmarks' statistics over all items: Kendall tau_b, tau_c, Spearman, Pearson (x100)."""
+    human = [item["human"] for item in items]
+
+    def evaluate(scores: dict[str, float], column: str = "score") -> dict[str, float]:
+        metric = scores_for(items, scores)
+        statistics = {
+            "kendall_tau_b": kendall_tau(metric, human, "b"),
+            "kendall_tau_c": kendall_tau(metric, human, "c"),
+            "spearman": spearman(metric, human),
+            "pearson": pearson(metric, human),
+        }
+        if official_rounding:
+            statistics = {key: official_round(value) for key, value in statistics.items()}
+        return statistics
+
+    return evaluate

@@ -8,9 +8,9 @@ Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official cod
 from pathlib import Path
 
 from . import composite
-from .benchmark import Benchmark, BenchmarkOptions, first_existing, logger, read_rated_csv, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, first_existing, logger, read_rated_csv
 from .hf_local import find_hf_copy, hf_files, read_hf_rows
-from .protocols import kendall_tau, official_round, pearson, remove_true_caption, spearman
+from .protocols import correlation_report, remove_true_caption
 
 # name -> (title, CSV file names tried in order, image folders relative to the data directory, headline statistic)
 RATED_CSV_BENCHMARKS = {
@@ -63,25 +63,6 @@ def load_rated_csv(
     if name == "nebula":
         protocol["annotations"] = "as in the CSV given (DENEB's release is uncorrected; Pearl's numbers use Spica)"
     return Benchmark(name, items, files, protocol, correlation_report(items, official_rounding), human_field="human")
-
-
-def correlation_report(items: list[dict], official_rounding: bool):
-    """The CSV benchmarks' statistics over all items: Kendall tau_b, tau_c, Spearman, Pearson (x100)."""
-    human = [item["human"] for item in items]
-
-    def evaluate(scores: dict[str, float], column: str = "score") -> dict[str, float]:
-        metric = scores_for(items, scores)
-        statistics = {
-            "kendall_tau_b": kendall_tau(metric, human, "b"),
-            "kendall_tau_c": kendall_tau(metric, human, "c"),
-            "spearman": spearman(metric, human),
-            "pearson": pearson(metric, human),
-        }
-        if official_rounding:
-            statistics = {key: official_round(value) for key, value in statistics.items()}
-        return statistics
-
-    return evaluate
 
 
 def load_composite(data_dir: Path, options: BenchmarkOptions) -> Benchmark:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ..caption_files import attach_references, read_items
 from ..captioning.grammar import grammar_measures
-from .report import PAPER_NAMES
+from ..variants import PAPER_NAMES
+from .benchmark import parse_named
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -53,8 +54,6 @@ def coco_caption_metrics(
 
 def evaluate_systems(config, models: dict) -> dict:
     """One row per `SYSTEM=FILE` of `config.captions` (files as `pacs-score` reads them)."""
-    from .harness import parse_named
-
     rows, notes = [], []
     for system, path in (parse_named(value, "--captions") for value in config.captions):
         if not path.is_file():

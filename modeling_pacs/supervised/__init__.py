@@ -1,7 +1,7 @@
-"""Pieces shared by the supervised caption metrics trained on human judgements (Polos, Pearl): correlation metrics,
-early stopping on a validation correlation, checked training arguments, and a `Trainer` base whose evaluation returns
-predictions and targets. The data readers (Spica / Polaris / Nebula layouts, row errors naming file, row and column)
-are in [`modeling_pacs.supervised.data`].
+"""What the supervised caption metrics trained on human judgements (Polos, Pearl) share: `data` (one reader for the
+Spica / Polaris / Nebula layouts, row errors naming file, row and column), `correlations` (the validation metrics)
+and `training` (early stopping on a validation correlation, checked training arguments, a `Trainer` base whose
+evaluation returns predictions and targets). A new supervised metric trains with these pieces.
 
 Not remote code: it may import scipy and datasets. Polos uses it in `modeling_pacs/polos/training.py`, Pearl in
 `modeling_pacs/pearl/training.py`; each keeps its recipe (metric names, early-stopping policy, hyper-parameters) as
@@ -18,169 +18,23 @@ Example:
 ```
 """
 
-import math
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-import torch
-from transformers import EarlyStoppingCallback, EvalPrediction, Trainer, TrainingArguments
-from transformers.utils import logging
-
+from .correlations import (
+    CORRELATIONS,
+    REGRESSION_METRICS,
+    compute_regression_metrics,
+    correlation,
+    correlation_metrics,
+    regression_metrics,
+)
 from .data import RowError, check_references, check_target, row_error
-
-logger = logging.get_logger(__name__)
-
-# Early-stopping settings (metric, patience). Polos: the paper's (validation Kendall tau-c, patience 5) and the
-# released code's (Pearson, 1). Pearl: validation Kendall tau-c with patience 1 (SPEC-pearl §5, A11).
-EARLY_STOPPING = {"paper": ("kendall", 5), "code": ("pearson", 1)}
-PEARL_EARLY_STOPPING = ("kendall_c", 1)
-# Polos's metrics (its `regression_metrics.py`): name -> correlation.
-REGRESSION_METRICS = {"pearson": "pearson", "kendall": "kendall_c", "spearman": "spearman"}
-CORRELATIONS = ("pearson", "spearman", "kendall_b", "kendall_c")
-
-
-def correlation(predictions: np.ndarray, targets: np.ndarray, kind: str) -> float:
-    """One of [`CORRELATIONS`] from scipy; 0.0 where it is undefined (never NaN, which JSON cannot hold)."""
-    from scipy import stats
-
-    if kind == "pearson":
-        value = stats.pearsonr(predictions, targets)[0]
-    elif kind == "spearman":
-        value = stats.spearmanr(predictions, targets)[0]
-    elif kind in ("kendall_b", "kendall_c"):
-        value = stats.kendalltau(predictions, targets, variant=kind[-1])[0]
-    else:
-        raise ValueError(f"correlation must be one of {list(CORRELATIONS)}, got {kind!r}")
-    return float(value) if value is not None and math.isfinite(value) else 0.0
-
-
-def correlation_metrics(
-    predictions: Sequence[float], targets: Sequence[float], names: Mapping[str, str], scale: float = 1.0
-) -> dict[str, float]:
-    """`{name: scale x correlation}` for `names` (`{reported name: one of CORRELATIONS}`); Pearl reports Kendall
-    tau-b and tau-c x100 (SPEC-pearl §7), Polos Pearson, tau-c and Spearman as they are."""
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
-    predictions = np.asarray(predictions, dtype=np.float64).ravel()
-    targets = np.asarray(targets, dtype=np.float64).ravel()
-    if len(predictions) != len(targets):
-        raise ValueError(f"got {len(predictions)} predictions for {len(targets)} targets")
-    if len(predictions) < 2 or np.ptp(predictions) == 0 or np.ptp(targets) == 0:
-        # Correlations are undefined on constant inputs: report 0 rather than NaN (never written to JSON as NaN).
-        return {name: 0.0 for name in names}
-    return {name: scale * correlation(predictions, targets, kind) for name, kind in names.items()}
-
-
-def regression_metrics(predictions: Sequence[float], targets: Sequence[float]) -> dict[str, float]:
-    """Pearson, Kendall tau-c and Spearman correlations (the metrics of Polos's `regression_metrics.py`)."""
-    return correlation_metrics(predictions, targets, REGRESSION_METRICS)
-
-
-def compute_regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """`Trainer(compute_metrics=...)` form of [`regression_metrics`]."""
-    return regression_metrics(prediction.predictions, prediction.label_ids)
-
-
-def early_stopping_callback(policy: str | tuple[str, int] = "paper") -> tuple[EarlyStoppingCallback, str]:
-    """The callback and the metric to select on: a Polos policy, `"paper"` (Kendall tau-c, patience 5) or `"code"`
-    (Pearson, 1), or a `(metric, patience)` pair (Pearl: [`PEARL_EARLY_STOPPING`]).
-
-    The `TrainingArguments` must evaluate and save at the same cadence, with `load_best_model_at_end=True`,
-    `metric_for_best_model` set to the returned metric and `greater_is_better=True`: [`supervised_training_arguments`]
-    sets them.
-    """
-    if isinstance(policy, tuple):
-        metric, patience = policy
-        if not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"early stopping patience must be an integer >= 1, got {patience!r}")
-    elif policy in EARLY_STOPPING:
-        metric, patience = EARLY_STOPPING[policy]
-    else:
-        raise ValueError(f"early stopping policy must be one of {sorted(EARLY_STOPPING)}, got {policy!r}")
-    return EarlyStoppingCallback(early_stopping_patience=patience), metric
-
-
-def check_training_settings(settings: Mapping[str, Any], zero_learning_rate: bool = False) -> None:
-    """Reject settings that would diverge or train on nothing, naming the field. `zero_learning_rate` accepts a
-    learning rate of 0 (Polos's recipe allows it: a run that only evaluates); Pearl's needs one > 0."""
-    for field in ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "max_grad_norm"):
-        value = settings.get(field)
-        if field == "learning_rate" and zero_learning_rate and value == 0:
-            continue
-        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{field} must be > 0, got {value!r}")
-    for field in ("per_device_eval_batch_size", "gradient_accumulation_steps"):
-        value = settings.get(field)
-        if value is not None and not (isinstance(value, int) and value > 0):
-            raise ValueError(f"{field} must be a positive integer, got {value!r}")
-    warmup = settings.get("warmup_steps", 0)
-    if not (isinstance(warmup, (int, float)) and warmup >= 0):
-        raise ValueError(f"warmup_steps must be >= 0, got {warmup!r}")
-
-
-def supervised_training_arguments(
-    output_dir: str | Path, recipe: Mapping[str, Any], metric: str, zero_learning_rate: bool = False, **overrides
-) -> TrainingArguments:
-    """A metric's `recipe` (with `overrides`) as `TrainingArguments`, checked by [`check_training_settings`], that
-    evaluate and save every epoch and keep the best checkpoint by the validation `metric` (the one
-    [`early_stopping_callback`] monitors)."""
-    settings = {
-        "eval_strategy": "epoch",
-        "save_strategy": "epoch",
-        "load_best_model_at_end": True,
-        "metric_for_best_model": metric,
-        "greater_is_better": True,
-        "remove_unused_columns": False,
-        **recipe,
-        **overrides,
-    }
-    check_training_settings(settings, zero_learning_rate)
-    return TrainingArguments(output_dir=str(output_dir), **settings)
-
-
-class SupervisedMetricTrainer(Trainer):
-    """A `Trainer` for metrics regressed on human scores. Subclasses either implement `predict_batch(model, inputs)`
-    (then the loss is the summed MSE to `inputs["targets"]`, Polos) or override `compute_loss` to return the
-    model's own loss and predictions (Pearl's summed Huber loss). Evaluation collects predictions and the targets
-    (`inputs[target_key]`) for `compute_metrics`.
-
-    Example:
-
-    ```python
-    >>> class MyTrainer(SupervisedMetricTrainer):
-    ...     def predict_batch(self, model, inputs):
-    ...         return model.score_batch(inputs)
-    ```
-    """
-
-    loss_reduction = "sum"
-    # The summed batch loss is not scaled here: Trainer divides it by the accumulation steps (as Lightning does).
-    loss_is_scaled_for_ga = False
-    target_key = "targets"
-
-    def predict_batch(self, model, inputs: dict) -> torch.Tensor:
-        raise NotImplementedError
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        predictions = self.predict_batch(model, inputs)
-        targets = inputs[self.target_key].to(predictions.device, predictions.dtype)
-        loss = torch.nn.functional.mse_loss(predictions, targets, reduction=self.loss_reduction)
-        return (loss, predictions) if return_outputs else loss
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
-        inputs = self._prepare_inputs(inputs)
-        with torch.no_grad(), self.compute_loss_context_manager():
-            loss, predictions = self.compute_loss(model, inputs, return_outputs=True)
-        if prediction_loss_only:
-            return loss.detach(), None, None
-        return loss.detach(), predictions.detach(), inputs[self.target_key].detach()
-
-    def _remove_unused_columns(self, dataset, description=None):
-        # Collators read columns that no forward signature names.
-        return dataset
-
+from .training import (
+    EARLY_STOPPING,
+    PEARL_EARLY_STOPPING,
+    SupervisedMetricTrainer,
+    check_training_settings,
+    early_stopping_callback,
+    supervised_training_arguments,
+)
 
 __all__ = [
     "CORRELATIONS",

@@ -55,16 +55,6 @@ TINY_WORDS = (
 ).split()
 
 
-# The ViT-B/32 image tower (CLIP's and SigLIP's B/32 share it), for random-weight benchmarks.
-VIT_B32_VISION = {
-    "hidden_size": 768,
-    "intermediate_size": 3072,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "patch_size": 32,
-}
-
-
 def tiny_caption_corpus(num_sentences: int = 2000, seed: int = 0) -> list[str]:
     """Random caption-like sentences over `TINY_WORDS` (training text for the tiny tokenizers)."""
     rng = random.Random(seed)
@@ -161,25 +151,6 @@ def tiny_siglip_config(
     return SiglipConfig(text_config=text_config, vision_config=vision_config)
 
 
-def vit_b32_siglip_config(tokenizer: PreTrainedTokenizerBase) -> SiglipConfig:
-    """SigLIP with the tower sizes of `vit_b32_clip_config` (text 512 x 12, vision 768 x 12, 32 px patches), for
-    throughput comparisons with CLIP at equal size."""
-    text_config = {
-        "vocab_size": len(tokenizer),
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "bos_token_id": tokenizer.bos_token_id,
-        "hidden_size": 512,
-        "intermediate_size": 2048,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 8,
-        "max_position_embeddings": 64,
-        "projection_size": 768,  # SigLIP's text head maps to the vision width
-    }
-    vision_config = dict(VIT_B32_VISION)
-    return SiglipConfig(text_config=text_config, vision_config=vision_config)
-
-
 def build_tokenizer(backbone: str, model_max_length: int) -> PreTrainedTokenizerBase:
     """The tokenizer of a tiny model of `backbone` ("clip", "siglip" or "siglip2")."""
     builders = {"clip": build_clip_tokenizer, "siglip": build_siglip_tokenizer, "siglip2": build_siglip2_tokenizer}
@@ -214,18 +185,6 @@ def tiny_clip_config(
         "hidden_act": act,
     }
     return CLIPConfig(text_config=text_config, vision_config=vision_config, projection_dim=hidden_size)
-
-
-def vit_b32_clip_config() -> CLIPConfig:
-    """CLIP ViT-B/32 geometry (OpenAI), for random-weight benchmarks."""
-    text_config = {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 8}
-    vision_config = dict(VIT_B32_VISION)
-    for tower in (text_config, vision_config):
-        tower["hidden_act"] = "quick_gelu"
-    text_config.update(
-        bos_token_id=CLIP_VOCAB_SIZE - 2, eos_token_id=CLIP_VOCAB_SIZE - 1, pad_token_id=CLIP_VOCAB_SIZE - 1
-    )
-    return CLIPConfig(text_config=text_config, vision_config=vision_config, projection_dim=512)
 
 
 def add_random_lora(model: PACSModel, seed: int = 0, scale: float = 0.02):
@@ -305,5 +264,4 @@ __all__ = [
     "make_tiny_model",
     "tiny_clip_config",
     "tiny_siglip_config",
-    "vit_b32_siglip_config",
 ]

@@ -23,19 +23,13 @@ from pathlib import Path
 import av
 import numpy as np
 import torch
+from benchmarking_utils import positive_int, vit_b32_clip_config
 
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.video import VideoFile, sample_frame_indices
-from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model
 
 CAPTIONS = ["a man rides a bike down a hill", "two dogs play in the snow", "a chef cooks pasta in a kitchen"]
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 def write_test_video(

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import PIL.Image
 import torch
-from benchmark_speed import best_time
+from benchmarking_utils import best_time, positive_int
 
 from modeling_pacs.synthetic.generation import BlipCaptioner, GenerationSettings, StableDiffusionGenerator
 from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
@@ -40,13 +40,6 @@ SD15_UNET_CONFIG = {
     "cross_attention_dim": 768,
     "attention_head_dim": 8,
 }
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
 
 
 def tiny_benchmark(args: argparse.Namespace):

@@ -33,7 +33,6 @@ import importlib
 import importlib.util
 import json
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -44,12 +43,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchmarking_utils import (
+    WORDS,
+    best_time,
+    make_workload,
+    matmul_peak_gflops,
+    peak_rss_mib,
+    synchronize,
+    vit_b32_clip_config,
+)
 from PIL import Image
 
 import modeling_pacs
 from modeling_pacs.loading import DTYPES, resolve_device
 from modeling_pacs.models.backbones import backbone_family, encode_image_batch
-from modeling_pacs.models.fast_clip import PackedLinear, packed_linear_available
 from modeling_pacs.models.inputs import (
     load_and_preprocess,
     load_image,
@@ -57,28 +64,7 @@ from modeling_pacs.models.inputs import (
     preprocess_image,
 )
 from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
-from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
-
-WORDS = (
-    "a man woman dog cat child girl boy two three people red blue green black white small large young old "
-    "is are on in at with near under next to the of and playing running sitting standing riding jumping "
-    "street beach park grass water snow field road table bike horse ball frisbee wave surfboard building"
-).split()
-
-
-def make_workload(folder: Path, num_images: int, num_candidates: int, num_references: int, seed: int = 0):
-    rng = random.Random(seed)
-    noise = np.random.default_rng(seed)
-    items = []
-    for index in range(num_images):
-        path = folder / f"{index:04d}.jpg"
-        width, height = rng.choice([(500, 375), (375, 500), (500, 333), (640, 480)])
-        base = noise.integers(0, 256, (height // 8, width // 8, 3), dtype=np.uint8)
-        Image.fromarray(base).resize((width, height), Image.BILINEAR).save(path, quality=90)
-        references = [" ".join(rng.choices(WORDS, k=rng.randint(8, 16))) for _ in range(num_references)]
-        for _ in range(num_candidates):
-            items.append((str(path), " ".join(rng.choices(WORDS, k=rng.randint(6, 14))), references))
-    return items
+from modeling_pacs.testing.pacs import make_tiny_model
 
 
 def transformers_forward_scores(model, items):
@@ -178,8 +164,9 @@ def torchvision_transforms_stub() -> types.ModuleType:
 
 @contextlib.contextmanager
 def official_import_path(official_dir: Path):
-    """Import the official `models` package from its checkout, with torchvision.transforms re-derived and
-    `pkg_resources.packaging` provided (new setuptools no longer ships pkg_resources)."""
+    """Import the official `models` package from its checkout (registered by its path: `sys.path` is not touched),
+    with torchvision.transforms re-derived and `pkg_resources.packaging` provided (new setuptools no longer ships
+    pkg_resources)."""
     import packaging.version
 
     torchvision = types.ModuleType("torchvision")
@@ -190,11 +177,16 @@ def official_import_path(official_dir: Path):
     stubs["pkg_resources"] = pkg_resources
     saved = {name: sys.modules.get(name) for name in stubs}
     sys.modules.update(stubs)
-    sys.path.insert(0, str(official_dir))
+    # The official code imports `models.custom_loralib` absolutely: its `models` package must be the checkout's.
+    spec = importlib.util.spec_from_file_location(
+        "models", official_dir / "models" / "__init__.py", submodule_search_locations=[str(official_dir / "models")]
+    )
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["models"] = package
     try:
+        spec.loader.exec_module(package)
         yield
     finally:
-        sys.path.remove(str(official_dir))
         for name, module in saved.items():
             if module is None:
                 sys.modules.pop(name, None)
@@ -209,7 +201,6 @@ def load_official_code(official_dir: Path) -> types.SimpleNamespace:
     if not score_file.is_file():
         raise SystemExit(f"--official-dir '{official_dir}' is not a checkout of aimagelab/pacscore (no {score_file})")
     with official_import_path(official_dir):
-        importlib.import_module("models")
         # Loaded before its package, whose __init__ instantiates the tokenizer at import time.
         tokenizer_file = official_dir / "models" / "clip_lora" / "simple_tokenizer.py"
         spec = importlib.util.spec_from_file_location("models.clip_lora.simple_tokenizer", tokenizer_file)
@@ -288,33 +279,6 @@ def vision_flops_per_image(config, pooled_last: bool = False) -> float:
     return 2.0 * macs
 
 
-def synchronize(device: torch.device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_peak_gflops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """Measured dense matmul throughput of this machine in the engine's precision (the achievable peak): the faster of
-    `torch.mm` and, on CPU in fp32, oneDNN's packed linear kernel (the one `fast_clip` runs)."""
-    if device.type == "cuda":
-        size, repeats = 8192, 50
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    kernels = [partial(torch.mm, a, b)]
-    if device.type == "cpu" and dtype == torch.float32 and packed_linear_available():
-        kernels.append(partial(PackedLinear(b, None), a))
-    best = 0.0
-    for kernel in kernels:
-        kernel()
-        synchronize(device)
-        start = time.perf_counter()
-        for _ in range(repeats):
-            kernel()
-        synchronize(device)
-        best = max(best, 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9)
-    return best
-
-
 def text_flops(config, lengths: torch.Tensor, pooled_last: bool = False) -> float:
     """FLOPs of the text encoder on captions of these real lengths (padding excluded) plus the projection."""
     text = config.text_config
@@ -374,16 +338,6 @@ def profile_stages(model, items, device: torch.device, peak: float) -> list[tupl
     return rows
 
 
-def peak_rss_mib() -> float:
-    """Peak resident memory of THIS process image in MiB (`VmHWM`). `ru_maxrss` is no measure for a subprocess:
-    Linux carries the parent's peak over `vfork` + `exec` (a probe started by a 3.6 GiB benchmark reported 3.6 GiB
-    whatever it did)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def peak_rss_probe(num_items: int):
     """Score `num_items` items (200 distinct images, 5 distinct references each) with the tiny model; print the
     peak RSS (MiB)."""
@@ -409,18 +363,6 @@ def measure_peak_rss(num_items: int) -> dict:
     command = [sys.executable, __file__, "--rss-probe", str(num_items)]
     completed = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def best_time(function, repeats: int, warmup: bool = False) -> tuple[float, object]:
-    """Best wall time of `repeats` calls (after one untimed call with `warmup`) and the last call's result."""
-    if warmup:
-        function()
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
 
 
 def main():

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import PIL.Image
 
-SCRIPT = Path(__file__).resolve().parent / "score_corpus.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "score_corpus.py"
 WORDS = "a the red blue green dog cat man woman sits runs on under near table grass street big small photo".split()
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import datasets
 import torch
+from benchmarking_utils import vit_b32_clip_config
 from transformers import TrainingArguments
 
 from modeling_pacs.captioning import PACSCaptionerConfig, PACSCaptionerForConditionalGeneration
@@ -28,10 +29,10 @@ from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.embedding_cache import EmbeddingCache
-from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model
 from modeling_pacs.tokenization import build_clip_tokenizer
 
-WORDS = "a an the dog cat man woman red blue green sitting standing on in next to with table beach street grass".split()
+WORDS = "a an the dog cat man woman red blue green sitting standing on in next to with table beach street grass".split
 
 
 def random_captions(count: int, seed: int) -> list[str]:

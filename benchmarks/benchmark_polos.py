@@ -16,21 +16,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from benchmark_speed import WORDS, best_time, make_workload
+from benchmarking_utils import WORDS, best_time, make_workload, positive_int, vit_b32_clip_config
 
 from modeling_pacs.loading import load_model, resolve_device
 from modeling_pacs.models.configuration_polos import PolosConfig
 from modeling_pacs.models.modeling_polos import PolosModel
-from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model
 from modeling_pacs.testing.polos import build_tiny_roberta_tokenizer
 from modeling_pacs.tokenization import build_clip_tokenizer
-
-
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return number
 
 
 def random_polos(seed: int = 0) -> PolosModel:

@@ -20,14 +20,12 @@ import tempfile
 from pathlib import Path
 
 import torch
+from benchmarking_utils import best_time, make_workload, vit_b32_clip_config
 
 from modeling_pacs import PACSModel, PearlConfig, PearlModel
 from modeling_pacs.pearl.scorer import PearlScorer
-from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model
 from modeling_pacs.testing.pearl import make_tiny_pearl
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_speed import best_time, make_workload  # noqa: E402
 
 
 def head_features(config: PearlConfig, batch: int, num_refs: int) -> dict:

@@ -19,24 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchmarking_utils import positive_int, vit_b32_clip_config, vit_b32_siglip_config
 from PIL import Image
 
 from modeling_pacs.loading import resolve_device
 from modeling_pacs.models.modeling_pacs import PACSModel
-from modeling_pacs.testing.pacs import (
-    TINY_WORDS,
-    build_siglip_tokenizer,
-    make_tiny_model,
-    vit_b32_clip_config,
-    vit_b32_siglip_config,
-)
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+from modeling_pacs.testing.pacs import TINY_WORDS, build_siglip_tokenizer, make_tiny_model
 
 
 def make_workload(folder: Path, num_images: int, num_candidates: int, num_references: int, seed: int = 0):

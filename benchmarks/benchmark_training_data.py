@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import PIL.Image
+from benchmarking_utils import positive_int
 
 from modeling_pacs.jobs import ShardedJob, write_text_atomically
 from modeling_pacs.synthetic.generation import item_seed, write_parquet
@@ -61,13 +62,6 @@ PROVENANCE = {
 # the allocator's working set by ~100 MiB before it levels off).
 EVAL_ROWS = 256
 PREPARATION_LINE = re.compile(r"training data prepared in ([0-9.]+) s")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
 
 
 # ---------------------------------------------------------------------------------------------------- the corpus

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from benchmarking_utils import vit_b32_clip_config
 from PIL import Image
 
 from modeling_pacs.evaluation import load_benchmark
 from modeling_pacs.evaluation.runner import score_image_items
 from modeling_pacs.loading import DTYPES, resolve_device
-from modeling_pacs.testing.pacs import make_tiny_model, vit_b32_clip_config
+from modeling_pacs.testing.pacs import make_tiny_model
 
 
 def write_crowdflower_workload(folder: Path, num_images: int, num_pairs: int, seed: int = 0):

@@ -12,13 +12,12 @@ a sampling thread records the peak resident memory while each mode runs.
 
 import argparse
 import io
-import os
-import threading
 import time
 
 import numpy as np
 import PIL.Image
 import torch
+from benchmarking_utils import PeakMemory, current_rss_mib, vit_b32_clip_config
 
 from modeling_pacs import PACSConfig, PACSModel
 from modeling_pacs.pacs.training import (
@@ -28,35 +27,9 @@ from modeling_pacs.pacs.training import (
     pacs_contrastive_loss,
     prepare_model_for_training,
 )
-from modeling_pacs.testing.pacs import vit_b32_clip_config
 from modeling_pacs.tokenization import build_clip_tokenizer
 
 CAPTION = "a man riding a wave on top of a surfboard in the ocean"
-
-
-def current_rss_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-class PeakMemory:
-    """Peak resident memory (MiB) of this process while the `with` block runs, sampled every 5 ms."""
-
-    def __enter__(self):
-        self.peak = current_rss_mib()
-        self.running = True
-        self.thread = threading.Thread(target=self.sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def sample(self):
-        while self.running:
-            self.peak = max(self.peak, current_rss_mib())
-            time.sleep(0.005)
-
-    def __exit__(self, *exc):
-        self.running = False
-        self.thread.join()
 
 
 def build_model(mode: str) -> PACSModel:

@@ -1,0 +1,63 @@
+"""Correlation metrics of a supervised caption metric against human judgements (Polos's and Pearl's validation)."""
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from transformers import EvalPrediction
+
+# Polos's metrics (its `regression_metrics.py`): name -> correlation.
+REGRESSION_METRICS = {"pearson": "pearson", "kendall": "kendall_c", "spearman": "spearman"}
+CORRELATIONS = ("pearson", "spearman", "kendall_b", "kendall_c")
+
+
+def correlation(predictions: np.ndarray, targets: np.ndarray, kind: str) -> float:
+    """One of [`CORRELATIONS`] from scipy; 0.0 where it is undefined (never NaN, which JSON cannot hold)."""
+    from scipy import stats
+
+    if kind == "pearson":
+        value = stats.pearsonr(predictions, targets)[0]
+    elif kind == "spearman":
+        value = stats.spearmanr(predictions, targets)[0]
+    elif kind in ("kendall_b", "kendall_c"):
+        value = stats.kendalltau(predictions, targets, variant=kind[-1])[0]
+    else:
+        raise ValueError(f"correlation must be one of {list(CORRELATIONS)}, got {kind!r}")
+    return float(value) if value is not None and math.isfinite(value) else 0.0
+
+
+def correlation_metrics(
+    predictions: Sequence[float], targets: Sequence[float], names: Mapping[str, str], scale: float = 1.0
+) -> dict[str, float]:
+    """`{name: scale x correlation}` for `names` (`{reported name: one of CORRELATIONS}`); Pearl reports Kendall
+    tau-b and tau-c x100 (SPEC-pearl §7), Polos Pearson, tau-c and Spearman as they are."""
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    predictions = np.asarray(predictions, dtype=np.float64).ravel()
+    targets = np.asarray(targets, dtype=np.float64).ravel()
+    if len(predictions) != len(targets):
+        raise ValueError(f"got {len(predictions)} predictions for {len(targets)} targets")
+    if len(predictions) < 2 or np.ptp(predictions) == 0 or np.ptp(targets) == 0:
+        # Correlations are undefined on constant inputs: report 0 rather than NaN (never written to JSON as NaN).
+        return {name: 0.0 for name in names}
+    return {name: scale * correlation(predictions, targets, kind) for name, kind in names.items()}
+
+
+def regression_metrics(predictions: Sequence[float], targets: Sequence[float]) -> dict[str, float]:
+    """Pearson, Kendall tau-c and Spearman correlations (the metrics of Polos's `regression_metrics.py`)."""
+    return correlation_metrics(predictions, targets, REGRESSION_METRICS)
+
+
+def compute_regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
+    """`Trainer(compute_metrics=...)` form of [`regression_metrics`]."""
+    return regression_metrics(prediction.predictions, prediction.label_ids)
+
+
+__all__ = [
+    "CORRELATIONS",
+    "REGRESSION_METRICS",
+    "compute_regression_metrics",
+    "correlation",
+    "correlation_metrics",
+    "regression_metrics",
+]
