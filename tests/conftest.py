@@ -16,7 +16,7 @@ if "PACS_PP_CACHE" not in os.environ:
 
 import pytest  # noqa: E402
 
-from tests.helpers import random_image  # noqa: E402
+from tests.fixtures.helpers import random_image  # noqa: E402
 
 
 @pytest.fixture(scope="session")

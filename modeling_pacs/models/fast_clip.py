@@ -13,7 +13,7 @@ end-of-text token of a caption). The engine's default CPU path computes it as fo
 - texts use the causal mask alone: the end-of-text position never sees the padding after it, so the padding mask
   changes nothing there.
 
-Embeddings equal transformers' within float rounding (scores within 1e-6, `tests/test_fast_clip.py`). The packed
+Embeddings equal transformers' within float rounding (scores within 1e-6, `tests/models/test_fast_clip.py`). The packed
 matrices are a second copy of the encoders' linear weights (about 490 MB for ViT-B/32, 1.5 GB for ViT-L/14), built
 on the first call and rebuilt when a weight changes. The path serves fp32 on CPU, `quick_gelu` or `gelu` towers with
 plain `nn.Linear` layers (LoRA merged) and no gradients; everything else runs transformers' forward.

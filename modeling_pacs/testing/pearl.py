@@ -3,7 +3,7 @@
 The encoders are the real transformers classes at width 32: PAC-S++ (the engine's tiny model), BLIP-2 (vision + Q-Former
 with ITM projections) and a Stella stand-in. Stella's real class ("new" architecture, `Alibaba-NLP/new-impl`) is Hub
 remote code that this repository does not carry, so the stand-in is a tiny BERT encoder with the same interface
-(AutoModel -> last_hidden_state) and a real sentence-transformers `2_Dense_768` folder; tests/test_stella_remote_code.py
+(AutoModel -> last_hidden_state) and a real sentence-transformers `2_Dense_768` folder; tests/encoders/test_stella.py
 runs the encoder on the real class where its code is at hand. All scores of these models are meaningless.
 """
 

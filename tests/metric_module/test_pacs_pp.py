@@ -1,0 +1,198 @@
+"""The `evaluate` module (metric/pacs_pp): loads by path and, once registered, by bare name offline; its scores are
+the core engine's, bit for bit; bad inputs reach the user as clear messages."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import evaluate
+import numpy as np
+import PIL.Image
+import pytest
+
+import modeling_pacs
+from modeling_pacs.cli import main
+from modeling_pacs.loading import load_model
+from modeling_pacs.metric_module.registration import metric_script_path
+from modeling_pacs.testing.pacs import make_tiny_model
+from tests.fixtures.helpers import assert_scores_close
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+METRIC_DIR = str(REPO_ROOT / "metric" / "pacs_pp")
+CAPTIONS = [
+    "a red circle on a white background",
+    "a blue square",
+    "a dog running on the grass",
+    "a red circle on a white background",
+    "two people sitting at a table",
+    "a photo of a cat",
+]
+REFERENCES = [
+    ["a red disc", "a circle"],
+    ["a dark blue square"],
+    ["a dog on grass", "a running dog", "a brown dog"],
+    ["a green triangle"],
+    ["people at a table"],
+    ["a cat sleeping"],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    # Seed 2 gives mostly positive image-text cosines (and a few negative ones): scores are not all clipped to 0.
+    directory = tmp_path_factory.mktemp("tiny") / "model"
+    make_tiny_model(directory, seed=2)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def image_paths(tmp_path_factory) -> list[str]:
+    directory = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    paths = []
+    for index, (height, width) in enumerate([(40, 60), (64, 64), (90, 50), (33, 47)]):
+        path = directory / f"image_{index}.png"
+        PIL.Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path)
+        paths.append(str(path))
+    # Six captions over four images: repeats exercise the engine's deduplication.
+    return [paths[0], paths[1], paths[2], paths[0], paths[3], paths[1]]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    return load_model(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def metric(tiny_model_dir, tmp_path_factory):
+    return evaluate.load(METRIC_DIR, model=tiny_model_dir, cache_dir=str(tmp_path_factory.mktemp("evaluate")))
+
+
+def test_compute_equals_engine_scores(metric, engine, image_paths):
+    expected = engine.score(image_paths, CAPTIONS, references=REFERENCES)
+    assert (expected.scores > 0).sum() >= 3, "the tiny model must give non-trivial scores for this test to mean much"
+    results = metric.compute(predictions=CAPTIONS, images=image_paths, references=REFERENCES)
+    assert results["metric"] == "PAC-S++" and results["ref_metric"] == "RefPAC-S++"
+    assert results["scores"] == expected.scores.tolist()
+    assert results["ref_scores"] == expected.ref_scores.tolist()
+    assert results["score"] == pytest.approx(np.mean(results["scores"]), abs=1e-6)
+    assert results["ref_score"] == pytest.approx(np.mean(results["ref_scores"]), abs=1e-6)
+
+    free_only = metric.compute(predictions=CAPTIONS, images=image_paths)
+    assert sorted(free_only) == ["metric", "score", "scores"]
+    assert free_only["scores"] == engine.score(image_paths, CAPTIONS).scores.tolist()
+
+
+def test_add_batch_then_compute_equals_one_compute(metric, image_paths):
+    single = metric.compute(predictions=CAPTIONS, images=image_paths, references=REFERENCES)
+    metric.add_batch(predictions=CAPTIONS[:2], images=image_paths[:2], references=REFERENCES[:2])
+    metric.add_batch(predictions=CAPTIONS[2:5], images=image_paths[2:5], references=REFERENCES[2:5])
+    metric.add(prediction=CAPTIONS[5], image=image_paths[5], reference=REFERENCES[5])
+    assert metric.compute() == single
+
+
+def test_in_memory_images_match_paths_without_png_round_trip(metric, image_paths, monkeypatch):
+    from_paths = metric.compute(predictions=CAPTIONS, images=image_paths)
+    opened = [PIL.Image.open(path) for path in image_paths]
+    images = [
+        opened[0],
+        np.asarray(opened[1].convert("RGB")),
+        Path(image_paths[2]).read_bytes(),
+        opened[3],
+        {"bytes": None, "path": image_paths[4]},
+        np.asarray(opened[5].convert("RGB")).astype(np.float32) / 255.0,
+    ]
+
+    def no_encoding(*args, **kwargs):
+        raise AssertionError("an image was re-encoded (PIL -> PNG) on its way to the engine")
+
+    monkeypatch.setattr(PIL.Image.Image, "save", no_encoding)
+    from_objects = metric.compute(predictions=CAPTIONS, images=images)
+    # float arrays are rounded back to uint8 exactly, so every input form decodes to the same pixels
+    assert_scores_close(from_objects["scores"], from_paths["scores"])
+
+
+def test_config_names_select_variant_and_reference_requirement(tiny_model_dir, engine, image_paths, tmp_path):
+    # An already loaded PACSModel is accepted as `model`.
+    reference_based = evaluate.load(METRIC_DIR, config_name="refpac_s_pp", model=engine, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"config 'refpac_s_pp' is reference-based but prediction 0 has no references"):
+        reference_based.compute(predictions=CAPTIONS, images=image_paths)
+    with pytest.raises(ValueError, match=r"config_name 'clip_s' asks for clip_s but model .* is a pac_s_pp model"):
+        evaluate.load(METRIC_DIR, config_name="clip_s", model=engine, cache_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"unknown config_name 'pacs'.*'refpac_s_pp'"):
+        evaluate.load(METRIC_DIR, config_name="pacs", model=engine, cache_dir=str(tmp_path))
+
+
+def test_bad_inputs_give_clear_messages(metric, image_paths, tmp_path):
+    with pytest.raises(ValueError, match=r"got 6 predictions and 5 images: pass exactly one image per prediction"):
+        metric.compute(predictions=CAPTIONS, images=image_paths[:5])
+    with pytest.raises(ValueError, match=r"got 2 reference lists for 6 candidates"):
+        metric.compute(predictions=CAPTIONS, images=image_paths, references=REFERENCES[:2])
+    with pytest.raises(ValueError, match=r"item 1 has an empty reference list"):
+        metric.compute(predictions=CAPTIONS[:2], images=image_paths[:2], references=[["a circle"], []])
+    with pytest.raises(TypeError, match=r"prediction 1 is NoneType \(None\), expected a string"):
+        metric.compute(predictions=["a cat", None], images=image_paths[:2])
+    with pytest.raises(FileNotFoundError, match=r"image 1 \('missing\.jpg'\) does not exist"):
+        metric.compute(predictions=CAPTIONS[:2], images=[image_paths[0], "missing.jpg"])
+    with pytest.raises(TypeError, match=r"image 0 is int"):
+        metric.compute(predictions=CAPTIONS[:1], images=[3])
+    with pytest.raises(ValueError, match=r"nothing to score"):
+        metric.compute()
+
+    corrupt = tmp_path / "corrupt.png"
+    corrupt.write_bytes(b"\x89PNG not really an image")
+    with pytest.raises(ValueError, match=r"image 2 \('.*corrupt\.png'\) could not be decoded"):
+        metric.compute(predictions=CAPTIONS[:4], images=[image_paths[0], image_paths[0], str(corrupt), str(corrupt)])
+
+    metric.add_batch(predictions=CAPTIONS[:2], images=image_paths[:2], references=REFERENCES[:2])
+    metric.add_batch(predictions=CAPTIONS[2:4], images=image_paths[2:4])
+    with pytest.raises(ValueError, match=r"prediction 2 has no references while prediction 0 has some"):
+        metric.compute()
+    # after a failed compute the module is usable again
+    assert len(metric.compute(predictions=CAPTIONS[:1], images=image_paths[:1])["scores"]) == 1
+
+
+def test_registered_module_loads_by_bare_name_offline_from_any_folder(
+    tiny_model_dir, image_paths, engine, tmp_path, capsys
+):
+    modules_cache = tmp_path / "hf_home" / "modules"
+    main(["register-metric", "--modules-cache", str(modules_cache)])
+    assert "evaluate-metric--pacs_pp" in capsys.readouterr().out
+    environment = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_MODULES_CACHE": str(modules_cache),
+        "HF_HUB_OFFLINE": "1",
+        "HF_EVALUATE_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    outside = tmp_path / "somewhere_else"
+    outside.mkdir()
+    program = f"""
+import json, evaluate
+pacs = evaluate.load("pacs_pp", model={tiny_model_dir!r})
+published_name = evaluate.load("pacs-pp/pacs_pp", config_name="refpac_s_pp", model={tiny_model_dir!r})
+results = pacs.compute(predictions={CAPTIONS!r}, images={image_paths!r}, references={REFERENCES!r})
+print(json.dumps({{"file": __import__("inspect").getfile(type(pacs)), "results": results,
+                  "published": type(published_name).__name__}}))
+"""
+    completed = subprocess.run(
+        [sys.executable, "-c", program], cwd=outside, env=environment, capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    answer = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert answer["file"].startswith(str(modules_cache / "evaluate_modules" / "metrics"))
+    assert answer["published"] == "PACSPlusPlus"
+    expected = engine.score(image_paths, CAPTIONS, references=REFERENCES)
+    assert_scores_close(answer["results"]["scores"], expected.scores.tolist())
+    assert_scores_close(answer["results"]["ref_scores"], expected.ref_scores.tolist())
+
+
+def test_metric_script_ships_inside_the_package():
+    # The package holds the real file (so wheels carry it); the repository's metric folder links to it.
+    packaged = metric_script_path()
+    assert packaged.is_file() and not packaged.is_symlink()
+    assert packaged.parent.parent == Path(modeling_pacs.__file__).parent
+    assert (REPO_ROOT / "metric" / "pacs_pp" / "pacs_pp.py").resolve() == packaged.resolve()

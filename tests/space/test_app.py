@@ -1,0 +1,802 @@
+"""The Gradio Space (space/app.py), run as a real server: gradio_client calls of every endpoint, 20 concurrent
+requests, error messages, and an end-to-end test in Debian's headless Chromium driven by Playwright.
+
+Every score the Space shows is checked against direct `PACSModel.score` calls on the same models in this process.
+The Space runs offline on tiny random models: `PACS_SPACE_TINY=1` for the built-in tiny entry, plus a local model
+directory (seed 1, whose cosines are positive, so scores are not all clipped to 0) as the default entry.
+"""
+
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import PIL.Image
+import pytest
+import torch
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+from playwright.sync_api import expect, sync_playwright
+
+from modeling_pacs.loading import load_model
+from modeling_pacs.testing.pacs import make_tiny_model
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+APP = REPO_ROOT / "space" / "app.py"
+EXAMPLES = REPO_ROOT / "space" / "examples"
+RED_CIRCLE = EXAMPLES / "red_circle.png"
+TINY_CHOICE = "tiny (random weights)"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+# Markdown and HTML that a renderer would turn into an image, bold text or a link, and a tag that would swallow text.
+HOSTILE_CAPTION = "<img src=x onerror=alert(1)> <unk> stays **bold** [link](http://x) & $$x$$"
+# Generous: the CPU is shared, and the first request loads the models.
+SERVER_START_SECONDS = 240
+REQUEST_SECONDS = 240
+
+
+def free_port() -> int:
+    """A port that is free now (gradio cannot be given port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def space_root(tmp_path_factory):
+    """A private folder for models, caches and logs; `load_model("tiny")` here and in the server share its cache."""
+    root = tmp_path_factory.mktemp("space")
+    previous_cache = os.environ.get("PACS_PP_CACHE")
+    os.environ["PACS_PP_CACHE"] = str(root / "pacs_pp_cache")
+    yield root
+    if previous_cache is None:
+        os.environ.pop("PACS_PP_CACHE", None)
+    else:
+        os.environ["PACS_PP_CACHE"] = previous_cache
+
+
+@contextlib.contextmanager
+def running_space(root: Path, name: str, arguments: list[str], space_id: str | None):
+    """`space/app.py --tiny ARGUMENTS` on a free port, with its own HF_HOME and upload folder, `SPACE_ID` set or not."""
+    port = free_port()
+    environment = dict(os.environ)
+    environment.update(
+        GRADIO_ANALYTICS_ENABLED="False",
+        HF_HOME=str(root / f"{name}_hf_home"),
+        HF_HUB_OFFLINE="1",
+        GRADIO_TEMP_DIR=str(root / f"{name}_gradio_tmp"),
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), environment.get("PYTHONPATH", "")]),
+    )
+    environment.pop("SPACE_ID", None)
+    if space_id is not None:
+        environment["SPACE_ID"] = space_id
+    log_path = root / f"{name}.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [sys.executable, str(APP), "--port", str(port), "--tiny", *arguments],
+            cwd=REPO_ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield {
+            "process": server,
+            "url": f"http://127.0.0.1:{port}/",
+            "log": log_path,
+            "upload_folder": root / f"{name}_gradio_tmp",
+        }
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def space_server(space_root):
+    """The Space as run locally: `--tiny --model LOCAL`, no `SPACE_ID` (typed local paths are allowed); beside it,
+    under "public", the Space as the Hub runs it: `SPACE_ID` set, tiny entry only.
+
+    Both boot while `space_models` builds the local model (loaded on the first request only).
+    """
+    local_model = space_root / "pac-s-pp-seed1"
+    with (
+        running_space(space_root, "local", ["--model", str(local_model)], space_id=None) as server,
+        running_space(space_root, "public", [], space_id="pacs-pp/pac-s-pp-demo") as public,
+    ):
+        yield {**server, "local_model": local_model, "public": public}
+
+
+@pytest.fixture(scope="module")
+def public_space_url(space_server, space_url) -> str:
+    public = space_server["public"]
+    wait_until_serving(public["url"], public["process"], public["log"])
+    return public["url"]
+
+
+@pytest.fixture(scope="module")
+def space_models(space_root, space_server):
+    """Local tiny models for the Space and for direct engine calls."""
+    clip_directory = space_root / "clip-s-seed1"
+    pac_directory = space_server["local_model"]
+    make_tiny_model(clip_directory, variant="clip_s", seed=1)
+    make_tiny_model(pac_directory, variant="pac_s_pp", seed=1)
+    # CLIP-S of a local model uses the CLIP its config names: point it at the local tiny CLIP.
+    set_base_model_id(pac_directory, str(clip_directory))
+    orphan_directory = space_root / "pac-s-pp-without-clip"
+    shutil.copytree(pac_directory, orphan_directory)
+    set_base_model_id(orphan_directory, str(space_root / "no-such-clip"))
+    return {
+        "root": space_root,
+        "local": str(pac_directory),
+        "orphan": str(orphan_directory),
+        "engines": {
+            str(pac_directory): (load_model(str(clip_directory)), load_model(str(pac_directory))),
+            TINY_CHOICE: (load_model("tiny:clip_s"), load_model("tiny")),
+        },
+    }
+
+
+def set_base_model_id(model_directory: Path, base_model_id: str):
+    config_path = model_directory / "config.json"
+    config = json.loads(config_path.read_text())
+    config["base_model_id"] = base_model_id
+    config_path.write_text(json.dumps(config, indent=2))
+
+
+@pytest.fixture(scope="module")
+def space_url(space_server, space_models) -> str:
+    """The running Space's URL, once it answers."""
+    wait_until_serving(space_server["url"], space_server["process"], space_server["log"])
+    return space_server["url"]
+
+
+def wait_until_serving(url: str, server: subprocess.Popen, log_path: Path):
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"the Space exited with code {server.returncode}:\n{log_path.read_text()}")
+        try:
+            with urllib.request.urlopen(url + "config", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"the Space did not answer within {SERVER_START_SECONDS} s:\n{log_path.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def client(space_url):
+    return Client(space_url, verbose=False)
+
+
+def engine_scores(engines, image: Path, captions: list[str], references: list[str]) -> dict[str, dict[str, float]]:
+    """Direct core calls: {caption: {score name: value}}; the expected values of every Space result."""
+    clip_s, pac_s = engines
+    images = [str(image)] * len(captions)
+    clip_output = clip_s.score(images, captions)
+    pac_output = pac_s.score(images, captions, references=[references] * len(captions) if references else None)
+    expected = {}
+    for index, caption in enumerate(captions):
+        expected[caption] = {"CLIP-S": float(clip_output.scores[index]), "PAC-S++": float(pac_output.scores[index])}
+        if references:
+            expected[caption]["RefPAC-S++"] = float(pac_output.ref_scores[index])
+    return expected
+
+
+def assert_results_match(details: dict, expected: dict[str, dict[str, float]], ranked_by: str):
+    results = details["results"]
+    assert details["ranked_by"] == ranked_by
+    assert [row["rank"] for row in results] == list(range(1, len(expected) + 1))
+    assert sorted(row["caption"] for row in results) == sorted(expected)
+    for row in results:
+        for name, value in expected[row["caption"]].items():
+            assert row[name] == pytest.approx(value, rel=1e-6, abs=1e-7), (row["caption"], name)
+        assert set(row) == {"rank", "caption", *expected[row["caption"]]}
+    ranking_values = [row[ranked_by] for row in results]
+    assert ranking_values == sorted(ranking_values, reverse=True)
+
+
+def score(client: Client, image, captions: list[str], references: list[str], model: str):
+    return client.predict(
+        handle_file(str(image)) if image is not None else None,
+        "\n".join(captions),
+        "\n".join(references),
+        model,
+        api_name="/score",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- endpoints
+def test_named_endpoints_and_model_list(client, space_models):
+    endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert set(endpoints) == {"/score", "/list_models", "/score_video"}
+    assert client.predict(api_name="/list_models") == [space_models["local"], TINY_CHOICE]
+
+
+def test_score_with_references_matches_engine(client, space_models):
+    captions = ["a red circle on a white background", "a blue square", "a photo of a dog"]
+    references = ["a red disc in the middle of a white image", "a red circle"]
+    model = space_models["local"]
+    best, table, chart, details = score(client, RED_CIRCLE, captions, references, model)
+
+    expected = engine_scores(space_models["engines"][model], RED_CIRCLE, captions, references)
+    assert all(value > 0 for row in expected.values() for value in row.values())  # seed 1: nothing clipped to 0
+    assert_results_match(details, expected, ranked_by="RefPAC-S++")
+    assert details["model"] == model
+    ranked = sorted(expected, key=lambda caption: -expected[caption]["RefPAC-S++"])
+    assert best.startswith(f"“{ranked[0]}”\n")
+    assert f"RefPAC-S++ {expected[ranked[0]]['RefPAC-S++']:.4f}" in best
+    assert "random weights" not in best  # said only for the built-in tiny entry (and in the page banner)
+    # The table shows the same ranking to four decimals.
+    assert table["headers"] == ["#", "caption", "CLIP-S", "PAC-S++", "RefPAC-S++"]
+    for rank, (row, caption) in enumerate(zip(table["metadata"]["display_value"], ranked), start=1):
+        names = ["CLIP-S", "PAC-S++", "RefPAC-S++"]
+        assert row == [str(rank), caption, *(f"{expected[caption][name]:.4f}" for name in names)]
+    # One bar per (caption, score), labelled by rank.
+    bars = {bar: value for bar, _, value in chart["data"]}
+    assert len(bars) == 9
+    assert bars["#01 · RefPAC-S++"] == pytest.approx(expected[ranked[0]]["RefPAC-S++"], rel=1e-6)
+    assert bars["#03 · CLIP-S"] == pytest.approx(expected[ranked[2]]["CLIP-S"], rel=1e-6)
+
+
+def test_score_without_references_tiny_entry_matches_engine(client, space_models):
+    captions = ["a green triangle on a black background", "a photo of a dog"]
+    image = EXAMPLES / "green_triangle.png"
+    best, table, _, details = score(client, image, captions, [], TINY_CHOICE)
+    expected = engine_scores(space_models["engines"][TINY_CHOICE], image, captions, [])
+    assert_results_match(details, expected, ranked_by="PAC-S++")
+    assert table["headers"] == ["#", "caption", "CLIP-S", "PAC-S++"]
+    assert "(ranked by PAC-S++)" in best
+    assert "Tiny model with random weights: these numbers are meaningless." in best
+
+
+def test_local_model_whose_clip_cannot_be_loaded_scores_without_clip_s(client, space_models):
+    captions = ["a red circle", "a blue square"]
+    best, table, _, details = score(client, RED_CIRCLE, captions, [], space_models["orphan"])
+    _, pac_s = space_models["engines"][space_models["local"]]  # same weights: the orphan is a copy
+    output = pac_s.score([str(RED_CIRCLE)] * 2, captions)
+    expected = {caption: {"PAC-S++": float(value)} for caption, value in zip(captions, output.scores)}
+    assert_results_match(details, expected, ranked_by="PAC-S++")
+    assert table["headers"] == ["#", "caption", "PAC-S++"]
+    assert "CLIP-S is not shown" in best and "no-such-clip" in best
+
+
+@pytest.fixture(scope="module")
+def huge_image(space_models) -> Path:
+    path = space_models["root"] / "huge.png"
+    PIL.Image.new("RGB", (5000, 4000), (200, 30, 30)).save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no image", "upload an image first"),
+        ("no captions", "enter at least one candidate caption, one per line"),
+        ("too many captions", "got 17 captions; the limit is 16: remove 1 of them"),
+        ("caption too long", "caption 2 ('" + "x" * 40 + "...') is 301 characters long; the limit is 300"),
+        ("too many references", "got 11 references; the limit is 10: remove 1 of them"),
+        ("image too large", "the image 'huge.png' is 5000x4000 = 20.0 megapixels; the limit is 16.8: downscale"),
+        ("not an image", "the uploaded file 'notes.png' could not be read as an image: upload a PNG, JPEG"),
+        ("unknown model", "model 'ViT-H/99' is neither one of ['tiny (random weights)'] nor an existing local"),
+    ],
+)
+def test_errors_reach_the_client(client, space_models, huge_image, case, message):
+    image, captions, references, model = RED_CIRCLE, ["a red circle"], [], space_models["local"]
+    if case == "no image":
+        image = None
+    elif case == "no captions":
+        captions = ["", "   "]
+    elif case == "too many captions":
+        captions = [f"caption {index}" for index in range(17)]
+    elif case == "caption too long":
+        captions = ["short", "x" * 301]
+    elif case == "too many references":
+        references = [f"reference {index}" for index in range(11)]
+    elif case == "image too large":
+        image = huge_image
+    elif case == "not an image":
+        image = space_models["root"] / "notes.png"
+        image.write_text("these are notes, not an image")
+    elif case == "unknown model":
+        model = "ViT-H/99"
+    with pytest.raises(AppError) as raised:
+        score(client, image, captions, references, model)
+    assert message in str(raised.value)
+
+
+def test_twenty_concurrent_requests_equal_direct_engine_calls(client, space_models):
+    images = sorted(EXAMPLES.glob("*.png"))
+    model = space_models["local"]
+    requests = []
+    for index in range(20):
+        captions = [f"a picture number {index}", f"shape {index % 7} on a plain background", "a photo of a dog"]
+        references = [f"reference {index}"] if index % 2 else []
+        requests.append((images[index % len(images)], captions[: 1 + index % 3], references))
+    jobs = [
+        client.submit(handle_file(str(image)), "\n".join(captions), "\n".join(references), model, api_name="/score")
+        for image, captions, references in requests
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        expected = list(pool.map(lambda request: engine_scores(space_models["engines"][model], *request), requests))
+    for job, (_, _, references), expected_scores in zip(jobs, requests, expected):
+        details = job.result(timeout=REQUEST_SECONDS)[3]
+        assert_results_match(details, expected_scores, ranked_by="RefPAC-S++" if references else "PAC-S++")
+
+
+# ---------------------------------------------------------------------------------------------------- browser
+def artifact_directory() -> Path:
+    """Where screenshots go: $PACS_TEST_ARTIFACTS, else `artifacts/` at the repository root (git-ignored)."""
+    directory = Path(os.environ.get("PACS_TEST_ARTIFACTS", REPO_ROOT / "artifacts"))
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def starts_with(prefix: str) -> re.Pattern:
+    return re.compile("^" + re.escape(prefix))
+
+
+def require_chromium():
+    if CHROMIUM.is_file():
+        return
+    reason = f"Debian's chromium is not installed at {CHROMIUM}: run `bash scripts/setup.sh --tests` as root"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def test_browser_upload_type_click_and_read_scores(space_url, space_models):
+    require_chromium()
+    captions = ["a red circle on a white background", "a blue square", "a photo of a dog"]
+    references = ["a red disc in the middle of a white image"]
+    expected = engine_scores(space_models["engines"][space_models["local"]], RED_CIRCLE, captions, references)
+    ranked = sorted(expected, key=lambda caption: -expected[caption]["RefPAC-S++"])
+    screenshot = artifact_directory() / "space_end_to_end.png"
+    example_captions = ["a blue square on a pale yellow background", "a red circle", "a green triangle"]
+    example_references = "a dark blue square in the centre"
+    example_expected = engine_scores(
+        space_models["engines"][space_models["local"]],
+        EXAMPLES / "blue_square.png",
+        example_captions,
+        [example_references],
+    )
+    example_best = max(example_expected, key=lambda caption: example_expected[caption]["RefPAC-S++"])
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            page.set_default_timeout(REQUEST_SECONDS * 1000)
+            expect.set_options(timeout=REQUEST_SECONDS * 1000)
+            dialogs = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(space_url)
+            best_caption = page.locator("#best-caption textarea")
+
+            # A violated limit is shown in the page.
+            page.locator("#score-button").click()
+            toast = page.locator(".toast-body").filter(has_text="enter at least one candidate caption")
+            toast.first.wait_for()
+            page.locator(".toast-close").first.click()  # error toasts stay until closed
+            toast.first.wait_for(state="detached")
+
+            page.locator("input[type=file]").first.set_input_files(str(RED_CIRCLE))
+            page.locator("#captions textarea").fill("\n".join(captions))
+            page.locator("#references textarea").fill("\n".join(references))
+            page.locator("#score-button").click()
+            expect(best_caption).to_have_value(starts_with(f"“{ranked[0]}”\n"))
+            page.locator("#scores-table [data-testid='cell-2-4']").wait_for()
+            page.screenshot(path=str(screenshot), full_page=True)
+
+            headers = page.locator("#scores-table th").all_inner_texts()
+            rows = [
+                [page.locator(f"#scores-table [data-testid='cell-{row}-{column}']").inner_text() for column in range(5)]
+                for row in range(3)
+            ]
+
+            # Clicking an example fills the form; scoring it ranks its captions.
+            page.get_by_text(example_references, exact=True).click()
+            expect(page.locator("#captions textarea")).to_have_value("\n".join(example_captions))  # waits for it
+            page.locator("#score-button").click()
+            expect(best_caption).to_have_value(starts_with(f"“{example_best}”\n"))
+
+            # A caption is text everywhere: no element, link or script is made from it, and nothing is swallowed.
+            page.locator("#captions textarea").fill(HOSTILE_CAPTION)
+            page.locator("#references textarea").fill("")
+            page.locator("#score-button").click()
+            expect(best_caption).to_have_value(starts_with(f"“{HOSTILE_CAPTION}”\n"))
+            expect(page.locator("#scores-table [data-testid='cell-0-1']")).to_have_text(HOSTILE_CAPTION)
+            # Messages are HTML in gradio: a caption quoted in one is escaped, so it reads verbatim there too.
+            page.locator("#captions textarea").fill("<b>bold</b> <img src=x>" + "x" * 300)
+            page.locator("#score-button").click()
+            page.locator(".toast-body").filter(has_text="caption 1 ('<b>bold</b> <img src=x>xxx").first.wait_for()
+            hostile_elements = page.locator(
+                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong, .toast-body b"
+            )
+            hostile_count = hostile_elements.count()
+        finally:
+            browser.close()
+
+    assert hostile_count == 0
+    assert dialogs == []  # the onerror handler never ran
+
+    assert [header.strip() for header in headers] == ["#", "caption", "CLIP-S", "PAC-S++", "RefPAC-S++"]
+    for rank, (row, caption) in enumerate(zip(rows, ranked), start=1):
+        names = ["CLIP-S", "PAC-S++", "RefPAC-S++"]
+        assert [cell.strip() for cell in row] == [str(rank), caption, *(f"{expected[caption][n]:.4f}" for n in names)]
+    assert screenshot.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------------- in process
+def load_app_module():
+    specification = importlib.util.spec_from_file_location("pacs_space_app", APP)
+    module = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(module)
+    return module
+
+
+def test_typed_model_paths_are_refused_on_a_public_space(space_models):
+    app = load_app_module()
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=space_models["local"], allow_typed_paths=False)
+    with pytest.raises(app.gr.Error, match="typed model paths are disabled on a public Space"):
+        cache.get(space_models["orphan"])
+    assert cache.get(space_models["local"]).clip_s is not None  # the operator's own model stays available
+
+
+# ---------------------------------------------------------------------------------------------------- hostile input
+REFUSED_IMAGE = (
+    "the image is not a file uploaded to this Space: upload it again (API clients: send it with "
+    "gradio_client.handle_file, which uploads it first)"
+)
+
+
+def call_score_endpoint(url: str, data: list) -> tuple[str, dict]:
+    """A hand-made API call, as any HTTP client can send it: POST the inputs, read the event stream's last event."""
+    with httpx.Client(base_url=url + "gradio_api/", timeout=REQUEST_SECONDS) as http:
+        event_id = http.post("call/score", json={"data": data}).raise_for_status().json()["event_id"]
+        stream = http.get(f"call/score/{event_id}").raise_for_status().text
+    events = re.findall(r"^event: (\w+)\ndata: (.*)$", stream, flags=re.MULTILINE)
+    name, payload = events[-1]
+    return name, json.loads(payload)
+
+
+def server_paths(root: Path, upload_folder: Path) -> dict[str, str]:
+    """Server paths a visitor may post as the image: files, a folder, a missing file, a way out of the upload folder."""
+    outside_image = root / "outside.png"
+    PIL.Image.new("RGB", (8, 8), (1, 2, 3)).save(outside_image)
+    return {
+        "system file": "/etc/passwd",
+        "folder": "/etc",
+        "missing file": str(root / "no-such-image.png"),
+        "dot-dot out of the upload folder": f"{upload_folder}/../../../../../../../../etc/passwd",
+        "image outside the upload folder": str(outside_image),
+        "bundled example": str(RED_CIRCLE),
+        "the upload folder itself": str(upload_folder),
+        "relative path": "../../../../etc/passwd",
+        "URL": "http://127.0.0.1:1/image.png",
+    }
+
+
+@pytest.mark.parametrize("space_id", [None, "pacs-pp/pac-s-pp-demo"], ids=["local", "public"])
+def test_server_paths_posted_as_the_image_are_refused_with_one_message(space_id, request, space_root):
+    """Whatever the path (existing or not, file or folder), the answer is the same: nothing about the server leaks.
+
+    gradio itself refuses paths tagged as `gradio.FileData` outside its upload folder (before the handler runs;
+    `show_error=False` keeps its message, which echoes the path, out of the reply); the handler refuses the rest.
+    """
+    url = request.getfixturevalue("space_url" if space_id is None else "public_space_url")
+    upload_folder = space_root / ("local_gradio_tmp" if space_id is None else "public_gradio_tmp")
+    model = TINY_CHOICE
+    untagged, tagged = {}, {}
+    for case, path in server_paths(space_root, upload_folder).items():
+        untagged[case] = call_score_endpoint(url, [{"path": path}, "a cat", "", model])
+        tagged[case] = call_score_endpoint(
+            url, [{"path": path, "meta": {"_type": "gradio.FileData"}}, "a cat", "", model]
+        )
+    refused = ("error", {"error": REFUSED_IMAGE, "duration": 10, "visible": True, "title": "Image not accepted"})
+    assert untagged == {case: refused for case in untagged}
+    gradio_refused = ("error", {"error": None})  # gradio checks tagged paths before the handler; inside, the handler
+    assert tagged == {case: refused if case == "the upload folder itself" else gradio_refused for case in tagged}
+    assert call_score_endpoint(url, ["/etc/passwd", "a cat", "", model]) == ("error", {"error": None})
+
+
+def png_of_size(path: Path, width: int, height: int, rows: int | None = None) -> Path:
+    """A PNG of one grey row repeated (zlib compresses it to almost nothing); with `rows`, its data stops there."""
+    row = b"\x00" + b"\x80" * width
+    data = zlib.compress(row * (height if rows is None else rows), 9)
+    chunks = [
+        (b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)),
+        (b"IDAT", data),
+        (b"IEND", b""),
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as file:
+        file.write(b"\x89PNG\r\n\x1a\n")
+        for kind, body in chunks:
+            file.write(struct.pack(">I", len(body)) + kind + body)
+            file.write(struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+    return path
+
+
+@pytest.mark.parametrize(
+    "width, height, message",
+    [
+        (1, 15000, "the image 'strip.png' is 1x15000 pixels; the longer side may be at most 20 times the shorter"),
+        (200000, 1, "the image 'strip.png' is 200000x1 pixels; the longer side may be at most 20 times the shorter"),
+        (20000, 20000, "the image 'strip.png' is far too large (over 89 megapixels); the limit is 16.8: downscale"),
+    ],
+)
+def test_extreme_images_are_refused_from_the_header(client, space_root, width, height, message):
+    """Refused before decoding: a narrow strip would be resized to 224 x (224 x its aspect ratio) pixels."""
+    rows = height if width * height <= 200_000 else 1  # the header alone must refuse it: no need for its data
+    strip = png_of_size(space_root / str(width) / "strip.png", width, height, rows=rows)
+    assert strip.stat().st_size < 20_000
+    with pytest.raises(AppError) as raised:
+        score(client, strip, ["a grey strip"], [], TINY_CHOICE)
+    assert message in str(raised.value)
+
+
+def test_images_within_the_aspect_limit_and_odd_files(client, space_models):
+    """20:1 is accepted (and equals a direct engine call); a truncated PNG and an EPS file are refused as not images."""
+    root = space_models["root"]
+    wide = root / "wide" / "wide.png"
+    wide.parent.mkdir()
+    PIL.Image.new("RGB", (400, 20), (10, 200, 30)).save(wide)
+    _, _, _, details = score(client, wide, ["a green bar"], [], TINY_CHOICE)
+    expected = engine_scores(space_models["engines"][TINY_CHOICE], wide, ["a green bar"], [])
+    assert_results_match(details, expected, ranked_by="PAC-S++")
+
+    truncated = root / "truncated.png"
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    PIL.Image.fromarray(noise).save(root / "noise.png")
+    truncated.write_bytes((root / "noise.png").read_bytes()[:4000])  # a valid header, then the data stops
+    eps = root / "drawing.eps"
+    eps.write_text("%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\nshowpage\n")
+    for path in (truncated, eps):
+        with pytest.raises(AppError) as raised:
+            score(client, path, ["a drawing"], [], TINY_CHOICE)
+        assert f"the uploaded file '{path.name}' could not be read as an image: upload a PNG, JPEG" in str(raised.value)
+
+
+def test_captions_are_text_in_the_heading_table_and_json(client, space_models):
+    captions = ["<img src=x onerror=alert(1)>", "<unk> is not swallowed", "**bold**", "[link](http://x)", "a & b $$x$$"]
+    best, table, chart, details = score(client, RED_CIRCLE, captions, [], TINY_CHOICE)
+    expected = engine_scores(space_models["engines"][TINY_CHOICE], RED_CIRCLE, captions, [])
+    assert_results_match(details, expected, ranked_by="PAC-S++")
+    ranked = sorted(captions, key=lambda caption: -expected[caption]["PAC-S++"])
+    assert best.splitlines()[0] == f"“{ranked[0]}”"
+    assert [row[1] for row in table["metadata"]["display_value"]] == ranked
+    assert [row["caption"] for row in details["results"]] == ranked
+    assert all(caption not in bar for bar, _, _ in chart["data"] for caption in captions)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("captions", ["a list", "of captions"], "the captions must be text (one per line), got list"),
+        ("references", {"a": 1}, "the references must be text (one per line), got dict"),
+        ("captions", "x\n" * 10_001, "the captions box holds 20002 characters; the limit is 20000: remove some"),
+        ("model", 7, "the model must be the name of a selector entry (at most 1000 characters)"),
+        ("model", None, "the model must be the name of a selector entry (at most 1000 characters)"),
+        ("model", "  ", "pick a model in the list"),
+        (
+            "captions",
+            "<b>bold</b>" + "x" * 300,
+            "caption 1 ('&lt;b&gt;bold&lt;/b&gt;" + "x" * 29 + "...') is 311 characters long; the limit is 300",
+        ),
+        ("model", "<a href=http://x>model</a>", "model '&lt;a href=http://x&gt;model&lt;/a&gt;' is neither one of"),
+    ],
+)
+def test_malformed_form_values_get_a_message(client, space_url, field, value, message):
+    """API clients can post any JSON: each form value gets a message naming it; user text in messages is escaped
+    (gradio renders messages as HTML)."""
+    data = {"captions": "a red circle", "references": "", "model": TINY_CHOICE}
+    data[field] = value
+    with pytest.raises(AppError) as raised:
+        client.predict(
+            handle_file(str(RED_CIRCLE)), data["captions"], data["references"], data["model"], api_name="/score"
+        )
+    assert message in str(raised.value)
+
+
+def test_public_space_refuses_typed_paths_and_lists_its_entries(public_space_url, space_models):
+    public = Client(public_space_url, verbose=False)
+    assert public.predict(api_name="/list_models") == [TINY_CHOICE]
+    with pytest.raises(AppError) as raised:
+        score(public, RED_CIRCLE, ["a red circle"], [], space_models["local"])
+    assert "typed model paths are disabled on a public Space" in str(raised.value)
+
+
+# ---------------------------------------------------------------------------------------------------- in process
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    """The app module, with gradio's upload folder in `tmp_path / "uploads"`."""
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "uploads"))
+    (tmp_path / "uploads").mkdir()
+    return load_app_module()
+
+
+def test_upload_paths_must_resolve_into_the_upload_folder(app, tmp_path):
+    uploads = tmp_path / "uploads"
+    inside = uploads / "0123abcd" / "red_circle.png"
+    inside.parent.mkdir()
+    shutil.copy(RED_CIRCLE, inside)
+    assert app.uploaded_path({"path": str(inside), "orig_name": "../../<b>cat</b>.png"}) == (
+        str(inside.resolve()),
+        "../../<b>cat</b>.png",  # a name, shown escaped; never used as a path
+    )
+    assert app.uploaded_path({"path": str(inside)}) == (str(inside.resolve()), "red_circle.png")
+    link = uploads / "link.png"
+    link.symlink_to(RED_CIRCLE)
+    refused = [
+        {"path": str(link)},  # a link out of the folder
+        {"path": str(uploads / "0123abcd" / ".." / ".." / "outside.png")},
+        {"path": str(uploads) + "-sibling/red_circle.png"},  # a prefix of the folder's name is not the folder
+        {"path": str(inside) + "\x00.png"},
+        {"path": 42},
+        "red_circle.png",
+        ["a", "list"],
+    ]
+    for image in refused:
+        with pytest.raises(app.gr.Error) as raised:
+            app.uploaded_path(image)
+        assert raised.value.message == REFUSED_IMAGE, image
+    for empty in (None, {}, {"path": ""}, {"path": None}):
+        with pytest.raises(app.gr.Error, match="upload an image first"):
+            app.uploaded_path(empty)
+
+
+def test_uploaded_image_decodes_as_the_engine_decodes_a_path(app, tmp_path):
+    upload = tmp_path / "uploads" / "grey16.png"
+    values = (np.arange(12 * 10, dtype=np.uint16).reshape(10, 12) * 500).astype(np.uint16)
+    PIL.Image.fromarray(values).save(upload)
+    decoded = app.check_image({"path": str(upload)})
+    expected = np.clip(np.round(values / 257.0), 0, 255).astype(np.uint8)  # 16-bit rescaled, not clipped
+    assert decoded.mode == "RGB" and decoded.size == (12, 10)
+    np.testing.assert_array_equal(np.asarray(decoded), np.repeat(expected[..., None], 3, axis=2))
+
+
+@pytest.mark.parametrize(
+    "host, space_id, public",
+    [
+        ("127.0.0.1", None, False),
+        ("localhost", None, False),
+        ("::1", None, False),
+        ("0.0.0.0", None, True),
+        ("192.168.1.20", None, True),
+        ("my-server.example", None, True),
+        ("127.0.0.1", "pacs-pp/pac-s-pp-demo", True),
+    ],
+)
+def test_public_means_on_the_hub_or_reachable_from_other_machines(app, monkeypatch, host, space_id, public):
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    if space_id:
+        monkeypatch.setenv("SPACE_ID", space_id)
+    assert app.is_public(host) is public
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "", "2.5"])
+def test_concurrency_setting_is_validated(app, monkeypatch, value):
+    monkeypatch.setenv("PACS_SPACE_CONCURRENCY", value)
+    with pytest.raises(ValueError, match=f"PACS_SPACE_CONCURRENCY={value!r} is not a whole number of at least 1"):
+        app.concurrency_limit()
+    monkeypatch.setenv("PACS_SPACE_CONCURRENCY", "3")
+    assert app.concurrency_limit() == 3
+
+
+def test_model_loading_errors_are_detailed_locally_and_neutral_in_public(app, tmp_path):
+    empty = tmp_path / "empty-model"
+    empty.mkdir()
+    choices = {"broken": (str(empty), str(empty))}
+    with pytest.raises(app.gr.Error) as raised:
+        app.ModelCache(choices, local_model=None, allow_typed_paths=True).get("broken")
+    assert f"could not load model '{empty}'" in raised.value.message
+    with pytest.raises(app.gr.Error) as raised:
+        app.ModelCache(choices, local_model=None, allow_typed_paths=False).get("broken")
+    assert re.fullmatch(
+        r"model 'broken' is not available on this server right now \(incident [0-9a-f]{8}, logged\): pick another "
+        r"entry or try again later",
+        raised.value.message,
+    )
+
+
+class NaNModel:
+    """Stands in for a faulty PACSModel: the second caption's score is NaN."""
+
+    config = type("Config", (), {"score_names": ("PAC-S++", "RefPAC-S++")})()
+
+    def score(self, images, captions, references=None):
+        scores = torch.tensor([0.5, float("nan")] + [0.1] * (len(captions) - 2))
+        return type("Output", (), {"scores": scores, "ref_scores": None})()
+
+
+def test_non_finite_scores_are_never_shown(app):
+    request = app.ScoreRequest(image=PIL.Image.new("RGB", (4, 4)), captions=["a", "<b>b</b>", "c"], references=[])
+    with pytest.raises(app.gr.Error) as raised:
+        app.score_request(request, app.ScoringModels(clip_s=None, pac_s=NaNModel()))
+    assert raised.value.message == (
+        "PAC-S++ of caption 2 ('&lt;b&gt;b&lt;/b&gt;') came out as nan, not a number: the model is faulty (this is "
+        "logged); pick another model"
+    )
+
+
+@pytest.mark.parametrize(
+    "error, message",
+    [
+        (
+            RuntimeError("[enforce fail at /root/secret/alloc.cpp:42]"),
+            r"could not score this request: internal error \(incident [0-9a-f]{8}, logged on the server\); try again, "
+            r"and report the incident if it persists",
+        ),
+        (
+            MemoryError(),
+            r"the server ran out of memory scoring this request: try again later, with a smaller image or fewer "
+            r"captions",
+        ),
+    ],
+)
+def test_unexpected_errors_show_no_class_message_or_path(app, tmp_path, monkeypatch, error, message):
+    upload = tmp_path / "uploads" / "red_circle.png"
+    shutil.copy(RED_CIRCLE, upload)
+
+    def failing_score_request(request, models):
+        raise error
+
+    monkeypatch.setattr(app.ModelCache, "get", lambda cache, choice: None)
+    monkeypatch.setattr(app, "score_request", failing_score_request)
+    demo = app.build_demo(tiny=True, public=True)
+    score_function = next(function.fn for function in demo.fns.values() if function.api_name == "score")
+    with pytest.raises(app.gr.Error) as raised:
+        score_function({"path": str(upload)}, "a red circle", "", TINY_CHOICE)
+    assert re.fullmatch(message, raised.value.message)
+
+
+def test_public_space_shows_the_operators_model_by_name_never_by_path(app, space_models):
+    local = space_models["local"]
+    demo = app.build_demo(tiny=True, local_model=local, public=True)
+    page = json.dumps(demo.config)
+    assert "local model: pac-s-pp-seed1" in page
+    assert local not in page and str(space_models["root"]) not in page
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=local, allow_typed_paths=False)
+    assert cache.local_entry == "local model: pac-s-pp-seed1"
+    assert cache.get("local model: pac-s-pp-seed1").clip_s is not None
+    # Run locally, the selector shows the path itself (the operator's own machine).
+    assert app.ModelCache(app.TINY_CHOICES, local_model=local, allow_typed_paths=True).local_entry == local
+
+
+def test_public_space_hides_why_a_local_models_clip_is_missing(app, space_models):
+    cache = app.ModelCache(app.TINY_CHOICES, local_model=space_models["orphan"], allow_typed_paths=False)
+    models = cache.get(space_models["orphan"])
+    assert models.clip_s is None
+    assert models.clip_s_unavailable_reason == "its CLIP could not be loaded on this server"
+
+
+def test_uploads_are_deleted_after_an_hour(app):
+    assert app.build_demo(tiny=True, public=True).delete_cache == (3600, 3600)
