@@ -1,10 +1,18 @@
-"""pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics on transformers + PEFT."""
+"""pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics (and Polos, Pearl) on transformers + PEFT.
+
+The public API and the Auto registration of every model of the package, in one place. The models themselves are the
+remote code of `models/`; `loading.load_model` loads any of them by alias, Hub id or directory; the folders beside
+(`pacs/`, `polos/`, `pearl/`, `captioning/`, `evaluation/`, `cli/`, ...) are the application, one job each (see the
+README's Layout section).
+"""
 
 from transformers import AutoConfig, AutoModel
 
+from .models.configuration_captioner import PACSCaptionerConfig
 from .models.configuration_pacs import PACSConfig
 from .models.configuration_pearl import PearlConfig
 from .models.configuration_polos import PolosConfig
+from .models.modeling_captioner import PACSCaptionerForConditionalGeneration
 from .models.modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
 from .models.modeling_pearl import PearlModel, PearlOutput
 from .models.modeling_polos import PolosModel, PolosScoreOutput
@@ -17,9 +25,13 @@ AutoConfig.register(PolosConfig.model_type, PolosConfig, exist_ok=True)
 AutoModel.register(PolosConfig, PolosModel, exist_ok=True)
 AutoConfig.register(PearlConfig.model_type, PearlConfig, exist_ok=True)
 AutoModel.register(PearlConfig, PearlModel, exist_ok=True)
+AutoConfig.register(PACSCaptionerConfig.model_type, PACSCaptionerConfig, exist_ok=True)
+AutoModel.register(PACSCaptionerConfig, PACSCaptionerForConditionalGeneration, exist_ok=True)
 
 __version__ = "0.1.0"
 __all__ = [
+    "PACSCaptionerConfig",
+    "PACSCaptionerForConditionalGeneration",
     "PACSConfig",
     "PACSModel",
     "PACSScoreOutput",

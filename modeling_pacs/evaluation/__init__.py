@@ -1,4 +1,7 @@
-"""Benchmark harness: loaders of the original benchmark files, the official protocols, and reports.
+"""The human-correlation benchmarks of the papers: a loader per benchmark that reads its original release files
+(`flickr8k`, `composite`, `pascal50s`, `foil`, `video`, `rated_csv`, ...), the official protocols (`protocols`), the
+harness that scores any metric on them (`harness`, `runner`, `systems`) and the report with the papers' numbers
+(`report`). A new benchmark is a loader module here and an entry in `BENCHMARKS`.
 
 >>> from modeling_pacs.evaluation import BENCHMARKS, load_benchmark
 >>> sorted(BENCHMARKS)[:3]

@@ -1,1 +1,5 @@
-"""Pearl's non-remote-code parts: HadamardNet pretraining, feature extraction and caching, data, training, scoring."""
+"""Pearl outside the remote code: the scorer with its frozen encoders, feature extraction and caching, HadamardNet
+pretraining, training, and the converters (Pearl's Lightning checkpoints, unilm's BEiT-3).
+
+The head (`PearlModel`, `PearlConfig`) is remote code in `models/`; its encoders are in `encoders/`.
+"""

@@ -1,1 +1,4 @@
-"""Polos outside the remote-code model: tiny models, conversion of the released checkpoint, training on Polaris."""
+"""Polos outside the remote code: conversion of the released Lightning checkpoint and training on Polaris.
+
+The model (`PolosModel`, `PolosConfig`) is remote code in `models/`; its tiny builder is in `testing/polos.py`.
+"""
