@@ -19,6 +19,7 @@ import torch
 from benchmarking_utils import vit_b32_clip_config
 from PIL import Image
 
+from modeling_pacs.cli.arguments import add_device_arguments
 from modeling_pacs.evaluation import load_benchmark
 from modeling_pacs.evaluation.runner import score_image_items
 from modeling_pacs.loading import DTYPES, resolve_device
@@ -51,8 +52,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--pairs", type=int, default=48, help="judged captions per image")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    add_device_arguments(parser)
     parser.add_argument("--image-batch-size", type=int, default=64)
     parser.add_argument("--text-batch-size", type=int, default=256)
     args = parser.parse_args()

@@ -55,6 +55,7 @@ from benchmarking_utils import (
 from PIL import Image
 
 import modeling_pacs
+from modeling_pacs.cli.arguments import add_device_arguments
 from modeling_pacs.loading import DTYPES, resolve_device
 from modeling_pacs.models.backbones import backbone_family, encode_image_batch
 from modeling_pacs.models.inputs import (
@@ -371,13 +372,7 @@ def main():
     parser.add_argument("--candidates", type=int, default=3)
     parser.add_argument("--references", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=1, help="timed runs of each pipeline (best is kept)")
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
-    parser.add_argument(
-        "--dtype",
-        choices=["fp32", "fp16", "bf16"],
-        default="fp32",
-        help="precision of OUR engine (the baselines stay fp32)",
-    )
+    add_device_arguments(parser, dtype_help="precision of OUR engine (the baselines stay fp32)")
     parser.add_argument(
         "--threads",
         type=int,

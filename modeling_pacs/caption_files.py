@@ -57,6 +57,19 @@ def captions_of(image: str, value, input_path: Path) -> list[str]:
     return captions
 
 
+def read_json_lines(path: Path):
+    """`(line number, object)` of each non-blank line of a JSON lines file; a line that is not JSON is an error
+    naming the file and the line (a byte-order mark is tolerated)."""
+    with Path(path).open(encoding="utf-8-sig") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield line_number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}: line {line_number} is not valid JSON: {error.msg}") from None
+
+
 def read_items(input_path: Path, image_root: Path) -> list[dict]:
     """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
     suffix = input_path.suffix.lower()
@@ -71,17 +84,10 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
         ]
     elif suffix == ".jsonl":
         items = []
-        with input_path.open(encoding="utf-8-sig") as handle:
-            for line_number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    item = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{input_path}: line {line_number} is not valid JSON: {error.msg}") from None
-                if not isinstance(item, dict):
-                    raise ValueError(f'{input_path}: line {line_number} is not a JSON object {{"image", "caption"}}')
-                items.append(item)
+        for line_number, item in read_json_lines(input_path):
+            if not isinstance(item, dict):
+                raise ValueError(f'{input_path}: line {line_number} is not a JSON object {{"image", "caption"}}')
+            items.append(item)
     elif suffix == ".csv":
         # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
         with input_path.open(newline="", encoding="utf-8-sig") as handle:
@@ -154,5 +160,6 @@ __all__ = [
     "format_results",
     "load_json_file",
     "read_items",
+    "read_json_lines",
     "resolve_image",
 ]

@@ -25,6 +25,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+DTYPE_CHOICES = ("fp32", "fp16", "bf16")
+DEVICE_HELP = "'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ..."
+DTYPE_HELP = "fp32 gives the reference numbers; fp16/bf16 speed up the GPU encoders (deviation <= ~1e-2)"
+
+
+def add_device_arguments(parser: argparse.ArgumentParser, dtype_help: str = DTYPE_HELP):
+    """`--device` (default auto) and `--dtype` (fp32, fp16, bf16; default fp32), as every scoring command has them."""
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
+    parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="fp32", help=dtype_help)
+
+
 def docstring_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
     """A parser whose description is the docstring's first paragraph and whose epilog (examples included) is the
     rest, printed as written."""
@@ -34,4 +45,4 @@ def docstring_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
     )
 
 
-__all__ = ["docstring_parser", "positive_float", "positive_int"]
+__all__ = ["DTYPE_CHOICES", "add_device_arguments", "docstring_parser", "positive_float", "positive_int"]

@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from modeling_pacs.cli.arguments import add_device_arguments
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
 from modeling_pacs.evaluation.harness import HarnessConfig, run
 from modeling_pacs.evaluation.report import format_systems, format_table
@@ -70,8 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output folder")
     parser.add_argument("--resume", action="store_true", help="reuse the cached per-item scores in --output")
     parser.add_argument("--w", type=float, help="override the model's w (official PAC-S code: 2.0; paper: 2.5 B/32)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda when available)")
-    parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], help="default fp32 (the reference numbers)")
+    add_device_arguments(parser)
     parser.add_argument("--image-batch-size", type=int, default=64)
     parser.add_argument("--text-batch-size", type=int, default=256)
     parser.add_argument("--video-batch-size", type=int, default=16)

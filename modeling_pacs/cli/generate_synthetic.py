@@ -31,6 +31,7 @@ import os
 import time
 from pathlib import Path
 
+from modeling_pacs.cli.arguments import positive_int
 from modeling_pacs.data import load_datasets, select_split
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
 from modeling_pacs.output_paths import OutputPathError, check_output_directory
@@ -52,13 +53,6 @@ from modeling_pacs.synthetic.generation import (
 )
 
 logger = logging.getLogger("generate_synthetic")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, 
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from ..output_paths import check_output_file
-from .arguments import positive_int
+from .arguments import add_device_arguments, positive_int
 from .video import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
@@ -87,13 +87,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
         "--output", "-o", type=Path, help="write per-item scores and means (.json, .jsonl or .csv; not an input)"
     )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ...")
-    parser.add_argument(
-        "--dtype",
-        choices=["fp32", "fp16", "bf16"],
-        default="fp32",
-        help="fp32 gives the reference numbers; fp16/bf16 speed up the GPU encoders (deviation <= ~1e-2, see README)",
-    )
+    add_device_arguments(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
         "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"

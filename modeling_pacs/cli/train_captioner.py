@@ -44,6 +44,7 @@ from modeling_pacs.captioning.training import (
     one_caption_per_row,
     xe_scheduler,
 )
+from modeling_pacs.cli.arguments import positive_float, positive_int
 from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.loading import load_model
@@ -53,20 +54,6 @@ from modeling_pacs.variants import ALIAS_VARIANTS, tiny_alias
 
 logger = logging.getLogger("train_captioner")
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite positive number, got {text}")
-    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -195,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         # other processes then read.
         with training_args.main_process_first(desc="loading the reward model"):
             reward_model = load_model(default_model(args.reward_model, reward_fallback, args.tiny), args.device)
+    image_size = captioner.config.vision_config.image_size
+    collator = CaptioningCollator(
+        tokenizer, image_size, args.stage, feature_cache, image_sources=train_rows.image_sources
+    )
     if xe:
         rows = one_caption_per_row(train_dataset)
         rows = rows.append_column("row_index", pa.array(range(rows.num_rows), pa.int64()))
@@ -215,13 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             model=captioner,
             args=training_args,
             train_dataset=train_dataset,
-            data_collator=CaptioningCollator(
-                tokenizer,
-                captioner.config.vision_config.image_size,
-                "xe",
-                feature_cache,
-                image_sources=train_rows.image_sources,
-            ),
+            data_collator=collator,
             optimizers=(optimizer, scheduler),
         )
     else:
@@ -229,13 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             model=captioner,
             args=training_args,
             train_dataset=train_dataset,
-            data_collator=CaptioningCollator(
-                tokenizer,
-                captioner.config.vision_config.image_size,
-                "scst",
-                feature_cache,
-                image_sources=train_rows.image_sources,
-            ),
+            data_collator=collator,
             reward_function=make_reward(args.reward, reward_model, cache=not args.no_reward_cache),
             tokenizer=tokenizer,
             num_beams=args.num_beams,

@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from modeling_pacs.cli.arguments import positive_float, positive_int
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.modeling_polos import PolosModel
@@ -32,20 +33,6 @@ from modeling_pacs.polos.training import (
     read_polaris,
 )
 from modeling_pacs.supervised import EARLY_STOPPING
-
-
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return number
-
-
-def positive_float(value: str) -> float:
-    number = float(value)
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value}")
-    return number
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""The encoder protocol, shared image/text helpers, and `load_encoder` (spec -> encoder)."""
+"""The encoder protocol and what the encoders share: image pipelines, empty-text placeholders, batching."""
 
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -52,7 +53,16 @@ def load_square_batch(
     )
 
 
-def check_batch_size(batch_size: int) -> int:
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return batch_size
+def batched_features(
+    count: int, batch_size: int, encode: Callable[[slice], torch.Tensor], empty_shape: tuple[int, ...]
+) -> torch.Tensor:
+    """`encode(rows)` over consecutive slices of at most `batch_size` of `count` items, under inference mode,
+    concatenated as fp32 on the CPU; a `[0, *empty_shape]` tensor for no item."""
+    with torch.inference_mode():
+        outputs = [encode(slice(start, start + batch_size)).float().cpu() for start in range(0, count, batch_size)]
+    return torch.cat(outputs) if outputs else torch.zeros(0, *empty_shape)
+
+
+def tokenize(tokenizer, texts: list[str], max_length: int, device: torch.device):
+    """A padded (to the longest), truncated batch of token ids on `device`."""
+    return tokenizer(texts, padding="longest", truncation=True, max_length=max_length, return_tensors="pt").to(device)

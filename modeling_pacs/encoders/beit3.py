@@ -15,8 +15,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from ..models.inputs import ImageInput
-from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
+from ..models.inputs import ImageInput, check_positive_int
+from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, tokenize
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -231,7 +231,7 @@ class BEiT3RetrievalEncoder:
         self.name = name
         self.dim = model.config.hidden_size
         self.empty_text = empty_text
-        self.batch_size = check_batch_size(batch_size)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
 
     @classmethod
     def from_pretrained(
@@ -245,28 +245,18 @@ class BEiT3RetrievalEncoder:
     def encode_image(self, images: list[ImageInput], item_indices: list[int] | None = None) -> torch.Tensor:
         item_indices = item_indices or list(range(len(images)))
         size = self.model.config.image_size
-        outputs = []
-        with torch.inference_mode():
-            for start in range(0, len(images), self.batch_size):
-                end = start + self.batch_size
-                pixels = load_square_batch(
-                    images[start:end], item_indices[start:end], size, IMAGENET_MEAN, IMAGENET_STD, bicubic=False
-                )
-                outputs.append(self.model.get_image_features(pixels.to(self.model.device)).float().cpu())
-        return torch.cat(outputs).unsqueeze(1) if outputs else torch.zeros(0, 1, self.dim)
+
+        def encode(rows: slice) -> torch.Tensor:
+            pixels = load_square_batch(images[rows], item_indices[rows], size, IMAGENET_MEAN, IMAGENET_STD, False)
+            return self.model.get_image_features(pixels.to(self.model.device))
+
+        return batched_features(len(images), self.batch_size, encode, (self.dim,)).unsqueeze(1)
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         texts = replace_empty(texts, self.empty_text)
-        outputs = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), 4 * self.batch_size):
-                tokens = self.tokenizer(
-                    texts[start : start + 4 * self.batch_size],
-                    padding="longest",
-                    truncation=True,
-                    max_length=BEIT3_MAX_TEXT_LENGTH,
-                    return_tensors="pt",
-                ).to(self.model.device)
-                features = self.model.get_text_features(tokens["input_ids"], tokens["attention_mask"])
-                outputs.append(features.float().cpu())
-        return torch.cat(outputs) if outputs else torch.zeros(0, self.dim)
+
+        def encode(rows: slice) -> torch.Tensor:
+            tokens = tokenize(self.tokenizer, texts[rows], BEIT3_MAX_TEXT_LENGTH, self.model.device)
+            return self.model.get_text_features(tokens["input_ids"], tokens["attention_mask"])
+
+        return batched_features(len(texts), 4 * self.batch_size, encode, (self.dim,))

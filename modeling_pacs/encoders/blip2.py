@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, Blip2TextModelWithProjection, Blip2VisionModelWithProjection
 
-from ..models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput
-from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
+from ..models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput, check_positive_int
+from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, tokenize
 
 # LAVIS `BlipCaptionProcessor` (eval): max_words 50; the Q-Former text length of blip2_image_text_matching is 32.
 BLIP_MAX_WORDS = 50
@@ -61,7 +61,7 @@ class BLIP2Encoder:
         self.image_size = vision_model.config.vision_config.image_size
         self.image_mean, self.image_std = tuple(image_mean), tuple(image_std)
         self.empty_text = empty_text
-        self.batch_size = check_batch_size(batch_size)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
 
     @classmethod
     def from_pretrained(
@@ -79,29 +79,22 @@ class BLIP2Encoder:
 
     def encode_image(self, images: list[ImageInput], item_indices: list[int] | None = None) -> torch.Tensor:
         item_indices = item_indices or list(range(len(images)))
-        outputs = []
-        with torch.inference_mode():
-            for start in range(0, len(images), self.batch_size):
-                end = start + self.batch_size
-                pixels = load_square_batch(
-                    images[start:end], item_indices[start:end], self.image_size, self.image_mean, self.image_std
-                )
-                pixels = pixels.to(self.vision_model.device, self.vision_model.dtype)
-                outputs.append(self.vision_model(pixel_values=pixels).image_embeds.float().cpu())
-        return torch.cat(outputs) if outputs else torch.zeros(0, self.tokens, self.dim)
+
+        def encode(rows: slice) -> torch.Tensor:
+            pixels = load_square_batch(
+                images[rows], item_indices[rows], self.image_size, self.image_mean, self.image_std
+            )
+            pixels = pixels.to(self.vision_model.device, self.vision_model.dtype)
+            return self.vision_model(pixel_values=pixels).image_embeds
+
+        return batched_features(len(images), self.batch_size, encode, (self.tokens, self.dim))
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         texts = [blip_caption_normalise(text) for text in replace_empty(texts, self.empty_text)]
-        outputs = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), 4 * self.batch_size):
-                tokens = self.tokenizer(
-                    texts[start : start + 4 * self.batch_size],
-                    padding="longest",
-                    truncation=True,
-                    max_length=BLIP_MAX_TEXT_LENGTH,
-                    return_tensors="pt",
-                ).to(self.text_model.device)
-                embeds = self.text_model(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
-                outputs.append(embeds.text_embeds[:, 0].float().cpu())
-        return torch.cat(outputs) if outputs else torch.zeros(0, self.dim)
+
+        def encode(rows: slice) -> torch.Tensor:
+            tokens = tokenize(self.tokenizer, texts[rows], BLIP_MAX_TEXT_LENGTH, self.text_model.device)
+            embeds = self.text_model(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"])
+            return embeds.text_embeds[:, 0]
+
+        return batched_features(len(texts), 4 * self.batch_size, encode, (self.dim,))

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from ..models.inputs import ImageInput
-from .base import EMPTY_TEXT, check_batch_size, replace_empty
+from ..models.inputs import ImageInput, check_positive_int
+from .base import EMPTY_TEXT, batched_features, replace_empty, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class StellaEncoder:
         self.name = name
         self.dim = projection.out_features
         self.empty_text = empty_text
-        self.batch_size = check_batch_size(batch_size)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
 
     @classmethod
     def from_pretrained(
@@ -130,17 +130,10 @@ class StellaEncoder:
 
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         texts = replace_empty(texts, self.empty_text)
-        outputs = []
-        with torch.inference_mode():
-            for start in range(0, len(texts), self.batch_size):
-                tokens = self.tokenizer(
-                    texts[start : start + self.batch_size],
-                    padding="longest",
-                    truncation=True,
-                    max_length=STELLA_MAX_LENGTH,
-                    return_tensors="pt",
-                ).to(self.model.device)
-                hidden = self.model(**tokens).last_hidden_state
-                pooled = self.projection(mean_pool(hidden, tokens["attention_mask"]))
-                outputs.append(nn.functional.normalize(pooled, dim=-1).float().cpu())
-        return torch.cat(outputs) if outputs else torch.zeros(0, self.dim)
+
+        def encode(rows: slice) -> torch.Tensor:
+            tokens = tokenize(self.tokenizer, texts[rows], STELLA_MAX_LENGTH, self.model.device)
+            pooled = self.projection(mean_pool(self.model(**tokens).last_hidden_state, tokens["attention_mask"]))
+            return nn.functional.normalize(pooled, dim=-1)
+
+        return batched_features(len(texts), self.batch_size, encode, (self.dim,))

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..caption_files import read_json_lines
 from ..jobs import write_text_atomically
 from ..output_paths import check_output_directory
 from . import BENCHMARKS, load_benchmark
@@ -61,13 +62,7 @@ def read_scores(path: Path) -> dict[str, dict[str, float]]:
     if not path.is_file():
         raise FileNotFoundError(f'{path}: scores file not found (JSONL lines {{"id": ..., "score": ...}})')
     columns: dict[str, dict[str, float]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number}: not JSON ({error})") from error
+    for number, row in read_json_lines(path):
         if not isinstance(row, dict) or not isinstance(row.get("id"), str) or "score" not in row:
             raise ValueError(f'{path}:{number}: each line needs "id" (a string) and "score"')
         for column in SCORE_COLUMNS:

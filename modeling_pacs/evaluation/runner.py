@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
+from ..models.inputs import check_positive_int
 from .benchmark import Benchmark
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -59,11 +60,6 @@ def count_encodings(model) -> Iterator[EncodingCounts]:
         del model.__dict__["encode_images"], model.__dict__["encode_texts"]
 
 
-def check_positive(name: str, value: int):
-    if not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 def items_fingerprint(items: list[dict]) -> str:
     digest = hashlib.sha256()
     for item in items:
@@ -82,8 +78,8 @@ def score_image_items(
 ) -> tuple[dict[str, dict[str, float]], EncodingCounts]:
     """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none)."""
     for name, value in (("chunk_size", chunk_size), ("image_batch_size", image_batch_size)):
-        check_positive(name, value)
-    check_positive("text_batch_size", text_batch_size)
+        check_positive_int(value, name)
+    check_positive_int(text_batch_size, "text_batch_size")
     ordered = sorted(items, key=lambda item: item["image"])  # stable: file order within an image
     job = None
     if cache_dir is not None:
@@ -129,7 +125,7 @@ def score_image_items(
 
 def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
     """Video benchmarks through `PACSModel.score_videos` (SPEC §2): `score` is Eq. 13, `ref_score` Eq. 14."""
-    check_positive("batch_size", batch_size)
+    check_positive_int(batch_size, "batch_size")
     missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
     if missing:
         raise FileNotFoundError(f"{len(missing)} videos not found, first: {missing[0]} (expected under videos/)")

@@ -346,7 +346,18 @@ def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
     return unique, torch.tensor(index, dtype=torch.long), first_seen
 
 
+def check_media_count(media: list, candidates: list[str], kind: str = "image", work: str = "encoded") -> None:
+    """One image (or video) per candidate caption, or an error saying how to pass them."""
+    if len(media) != len(candidates):
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise ValueError(
+            f"got {len(media)} {kind}s and {len(candidates)} candidates: pass exactly one {kind} per candidate "
+            f"(repeat {article} {kind} for each of its captions; repeated {kind}s are {work} once)"
+        )
+
+
 __all__ = [
+    "check_media_count",
     "deduplicate",
     "OPENAI_CLIP_MEAN",
     "OPENAI_CLIP_STD",

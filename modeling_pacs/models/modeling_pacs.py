@@ -28,6 +28,7 @@ from .fast_clip import FastCLIPEncoders, FastEncoderSlot
 from .inputs import (
     ImageInput,
     check_captions,
+    check_media_count,
     check_positive_int,
     check_references,
     deduplicate,
@@ -490,11 +491,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         image_batch_size = check_positive_int(image_batch_size, "image_batch_size")
         text_batch_size = check_positive_int(text_batch_size, "text_batch_size")
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
-        if len(images) != len(candidates):
-            raise ValueError(
-                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate "
-                "(repeat an image for each of its captions; repeated images are encoded once)"
-            )
+        check_media_count(images, candidates)
         if references is not None:
             references = check_references(references, len(candidates))
 

@@ -27,7 +27,15 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
-from .inputs import ImageInput, check_captions, check_references, deduplicate, image_key
+from .inputs import (
+    ImageInput,
+    check_captions,
+    check_media_count,
+    check_positive_int,
+    check_references,
+    deduplicate,
+    image_key,
+)
 from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
 from .scoring import max_by_owner, mean_or_nan, polos_features, polos_head, scalar_mix
 
@@ -293,15 +301,10 @@ class PolosModel(PolosPreTrainedModel):
             ("image_batch_size", image_batch_size),
             ("text_batch_size", text_batch_size),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            check_positive_int(value, name)
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
-        if len(images) != len(candidates):
-            raise ValueError(
-                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate "
-                "(repeat an image for each of its captions; repeated images are encoded once)"
-            )
+        check_media_count(images, candidates)
         references = check_polos_references(references, len(candidates))
         if mode == "official":
             references = cut_references_to_chunks(references, batch_size)

@@ -18,7 +18,7 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers.utils import ModelOutput, logging
 
 from .backbones import embedding_dim, image_preprocessor
-from .inputs import check_captions, check_positive_int, check_references, deduplicate
+from .inputs import check_captions, check_media_count, check_positive_int, check_references, deduplicate
 from .scoring import (
     IDFTable,
     VideoMatchScores,
@@ -236,11 +236,7 @@ class VideoScoringMixin:
         if isinstance(videos, (str, os.PathLike, np.ndarray, torch.Tensor)):
             raise TypeError("videos must be a list with one video per candidate: wrap a single video in a list")
         videos = list(videos)
-        if len(videos) != len(candidates):
-            raise ValueError(
-                f"got {len(videos)} videos and {len(candidates)} candidates: pass exactly one video per candidate "
-                "(repeat a video for each of its captions; repeated videos are decoded and encoded once)"
-            )
+        check_media_count(videos, candidates, "video", "decoded and encoded")
         if references is not None:
             references = check_references(references, len(candidates))
         num_frames = check_num_frames(num_frames)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..models.inputs import ImageInput, check_captions, check_references, deduplicate, image_key
+from ..models.inputs import ImageInput, check_captions, check_media_count, check_references, deduplicate, image_key
 from ..models.modeling_pacs import PACSScoreOutput
 from ..models.modeling_pearl import PearlModel
 from ..models.scoring import mean_or_nan
@@ -146,10 +146,7 @@ class PearlScorer:
         """
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
-        if len(images) != len(candidates):
-            raise ValueError(
-                f"got {len(images)} images and {len(candidates)} candidates: pass exactly one image per candidate"
-            )
+        check_media_count(images, candidates)
         empty = [index for index, candidate in enumerate(candidates) if not candidate.strip()]
         if empty:
             logger.warning(

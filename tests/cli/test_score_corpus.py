@@ -3,11 +3,9 @@
 import csv
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 from modeling_pacs.loading import load_model
 from modeling_pacs.testing.pacs import make_tiny_model
 from tests.fixtures.helpers import assert_rows_match, assert_scores_close
+from tests.fixtures.processes import kill_after_first_shard
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "score_corpus.py"
@@ -196,17 +195,7 @@ def test_killed_run_resumes_without_duplicates_or_losses(tiny_model_dir, tmp_pat
         "id",
     ]
     shard_dir = output_dir / "shards"
-    process = subprocess.Popen(command, env=script_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while not list(shard_dir.glob("shard-*.jsonl")):
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "no shard was written in time"
-        time.sleep(0.01)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    process.stdout.close()
-    process.stderr.close()
-    finished = {path.name: path.stat().st_mtime_ns for path in shard_dir.glob("shard-*.jsonl")}
+    finished = kill_after_first_shard(command, script_environment(), shard_dir, "shard-*.jsonl")
     assert 1 <= len(finished) < 40, "the kill must land mid-run"
     assert not (output_dir / "scores.jsonl").exists()
 

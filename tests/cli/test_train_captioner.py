@@ -85,7 +85,7 @@ def test_xe_then_scst_with_report(toy_dataset_dir, tmp_path):
     [
         (["--stage", "scst", "--output_dir", "x"], "starts from an XE-trained captioner"),
         (["--stage", "xe", "--output_dir", "x", "--batch_size", "0"], "must be a positive integer, got 0"),
-        (["--stage", "xe", "--output_dir", "x", "--learning_rate", "nan"], "must be a finite positive number"),
+        (["--stage", "xe", "--output_dir", "x", "--learning_rate", "nan"], "must be a finite number > 0, got"),
         (["--stage", "scst", "--init", "x", "--output_dir", "x", "--num_beams", "1"], "at least 2 for scst"),
     ],
 )

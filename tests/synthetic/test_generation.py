@@ -6,10 +6,8 @@ import io
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ import torch
 from modeling_pacs.synthetic import GenerationSettings, StableDiffusionGenerator, generate_shard
 from modeling_pacs.synthetic.generation import SourceImage
 from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
+from tests.fixtures.processes import kill_after_first_shard
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "generate_synthetic.py"
@@ -208,19 +207,7 @@ def test_killed_run_resumes_with_every_item_once_and_identical_content(workspace
     output_dir = tmp_path / "out"
     command = [sys.executable, str(SCRIPT), *command_arguments(root, output_dir)]
     shard_dir = output_dir / "shards"
-    process = subprocess.Popen(
-        command, env=script_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 240
-    while not list(shard_dir.glob("shard-*.parquet")):
-        assert process.poll() is None, process.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline, "no shard was written in time"
-        time.sleep(0.005)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    process.stdout.close()
-    process.stderr.close()
-    finished = {path.name: path.stat().st_mtime_ns for path in shard_dir.glob("shard-*.parquet")}
+    finished = kill_after_first_shard(command, script_environment(tmp_path), shard_dir, "shard-*.parquet", 0.005)
     assert 1 <= len(finished) < 6, "the kill must land mid-run"
     assert not (output_dir / "summary.json").exists()
 
@@ -354,7 +341,7 @@ def test_argument_parser_refuses_non_positive_counts(workspace, tmp_path, capsys
     for flag in ("--steps", "--image-batch-size", "--caption-batch-size", "--shard-size"):
         with pytest.raises(SystemExit):
             generate_synthetic.main(command_arguments(workspace["root"], tmp_path / "out", flag, "0"))
-        assert f"argument {flag}: must be an integer >= 1, got 0" in capsys.readouterr().err
+        assert f"argument {flag}: must be a positive integer, got 0" in capsys.readouterr().err
 
 
 def test_train_pacs_trains_on_the_generated_data(workspace, tmp_path):
