@@ -1,1 +1,2 @@
-"""Pearl's non-remote-code parts: HadamardNet pretraining, feature extraction and caching, data, training, scoring."""
+"""Pearl's non-remote-code parts: HadamardNet pretraining, feature extraction and caching, data, training, scoring,
+and conversion of checkpoints written by Pearl's own training code."""
