@@ -1,5 +1,6 @@
 """The converters' command lines: `pacs-pp convert` (official PAC-S / PAC-S++ checkpoints), `pacs-pp convert-polos`
-(the released Polos checkpoint) and `pacs-pp convert-beit3` (Pearl's BEiT-3 encoder), with their plumbing once.
+(the released Polos checkpoint), `pacs-pp convert-pearl` (checkpoints of Pearl's training code) and
+`pacs-pp convert-beit3` (Pearl's BEiT-3 encoder), with their plumbing once.
 
 Each converter is a library function that raises `ValueError` / `FileNotFoundError` / `FileExistsError` naming the bad
 input; here one `run_converter` turns those into one `error: ...` line and exit status 2. A new converter is a
@@ -184,6 +185,80 @@ def convert_beit3(args: argparse.Namespace):
     print(f"BEiT-3 ({model.num_parameters() / 1e6:.1f} M parameters) written to {args.output}")
 
 
+# ---------------------------------------------------------------------------------------------------- Pearl
+PEARL_EPILOG = """\
+Pearl's trainer writes experiments/lightning/<version>/epoch=N-step=M.ckpt with hparams.yaml beside it. The file is
+read with torch.load(weights_only=True); nothing in it is executed.
+
+Examples:
+
+  pacs-pp convert-pearl --checkpoint "experiments/lightning/v1/epoch=3-step=1234.ckpt" --output pearl
+  pacs-pp convert-pearl --checkpoint run/epoch=3-step=1234.ckpt --hparams run/hparams.yaml \\
+      --encoder-path clip=./pac-s-pp-clip-vit-l14 --encoder-dim clip=768 --output pearl-l14
+"""
+
+
+def encoder_value(kind: str):
+    """argparse type of `NAME=PATH` / `NAME=N` for one of Pearl's encoders."""
+    from ..pearl.convert import ENCODER_NAMES
+
+    def parse(text: str) -> tuple[str, str]:
+        name, separator, value = text.partition("=")
+        if not separator or name not in ENCODER_NAMES or not value:
+            raise argparse.ArgumentTypeError(f"expected NAME={kind}, NAME one of {list(ENCODER_NAMES)}, got {text!r}")
+        if kind == "N" and not value.isdigit():
+            raise argparse.ArgumentTypeError(f"expected NAME=N with a positive integer N, got {text!r}")
+        return name, value
+
+    return parse
+
+
+def add_pearl_arguments(parser: argparse.ArgumentParser):
+    from ..pearl.convert import NUM_HEADS
+
+    parser.add_argument("--checkpoint", required=True, help="epoch=N-step=M.ckpt (loaded with weights_only=True)")
+    parser.add_argument(
+        "--hparams", help="hparams.yaml (default: the one beside the checkpoint, else its hyper_parameters)"
+    )
+    add_output_arguments(parser, head_dim=False)
+    parser.add_argument(
+        "--encoder-path",
+        action="append",
+        default=[],
+        type=encoder_value("PATH"),
+        metavar="NAME=PATH",
+        help="Hub id or directory of an encoder (clip, beit3, blip2, stella), replacing PearlConfig's default",
+    )
+    parser.add_argument(
+        "--encoder-dim",
+        action="append",
+        default=[],
+        type=encoder_value("N"),
+        metavar="NAME=N",
+        help="feature size of an encoder (defaults: clip 512, beit3 768, blip2 256, stella 768)",
+    )
+    parser.add_argument(
+        "--num-heads",
+        type=int,
+        default=NUM_HEADS,
+        help=f"attention heads of the transformer and cross-attention (Pearl's code: {NUM_HEADS})",
+    )
+
+
+def convert_pearl(args: argparse.Namespace):
+    from ..pearl.convert import convert_pearl_checkpoint
+
+    convert_pearl_checkpoint(
+        args.checkpoint,
+        args.output,
+        hparams=args.hparams,
+        overwrite=args.overwrite,
+        num_heads=args.num_heads,
+        encoder_paths=dict(args.encoder_path),
+        encoder_dims={name: int(value) for name, value in args.encoder_dim},
+    )
+
+
 CONVERTERS = {
     "convert": Converter(
         "convert an official PAC-S / PAC-S++ checkpoint",
@@ -205,6 +280,13 @@ CONVERTERS = {
         BEIT3_EPILOG,
         add_beit3_arguments,
         convert_beit3,
+    ),
+    "convert-pearl": Converter(
+        "convert a checkpoint written by Pearl's training code",
+        "Convert a Pearl checkpoint written by Pearl's training code into a PearlModel directory.",
+        PEARL_EPILOG,
+        add_pearl_arguments,
+        convert_pearl,
     ),
 }
 
@@ -235,5 +317,16 @@ def converter_main(command: str) -> Callable[[list[str] | None], int]:
 main = converter_main("convert")
 polos_main = converter_main("convert-polos")
 beit3_main = converter_main("convert-beit3")
+pearl_main = converter_main("convert-pearl")
 
-__all__ = ["CONVERTERS", "Converter", "beit3_main", "build_parser", "main", "polos_main", "run", "run_converter"]
+__all__ = [
+    "CONVERTERS",
+    "Converter",
+    "beit3_main",
+    "build_parser",
+    "main",
+    "pearl_main",
+    "polos_main",
+    "run",
+    "run_converter",
+]

@@ -128,21 +128,47 @@ def lightning_placeholders() -> list[type]:
 
 def load_polos_checkpoint(path: str | os.PathLike) -> dict:
     """Read a Polos Lightning checkpoint with `weights_only=True` and the allow-list of SPEC-polos §2.3."""
+    return load_lightning_checkpoint(path, "Polos")
+
+
+def refused_globals(path: Path, error: Exception) -> list[str]:
+    """The globals beyond the allow-list that a refused pickle names (every one of them in a zip checkpoint)."""
+    named = set(re.findall(r"GLOBAL ([\w.]+)", str(error)))
+    if not named:
+        return []
+    allowed = {f"{module}.{name}" for module, name in ALLOWED_LIGHTNING_GLOBALS}
+    try:
+        named |= set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - allowed
+    except (RuntimeError, ValueError):  # the legacy (non-zip) format cannot be listed: keep the name torch gave
+        pass
+    return sorted(named)
+
+
+def load_lightning_checkpoint(path: str | os.PathLike, model_name: str) -> dict:
+    """Read a Lightning 1.2 checkpoint of `model_name` (Polos, Pearl) with `weights_only=True`, only the two callback
+    names of `ALLOWED_LIGHTNING_GLOBALS` allowed (as placeholders) and every tensor mapped to the CPU."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint '{path}' does not exist")
     try:
         with torch.serialization.safe_globals(lightning_placeholders()):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except Exception as error:  # torch.load reports a damaged file as any of KeyError, EOFError, RuntimeError, ...
+        refused = refused_globals(path, error)
+        if refused:
+            raise CheckpointError(
+                f"refused to load '{path}': torch.load(weights_only=True) rejected it (it needs {', '.join(refused)}). "
+                f"A {model_name} Lightning checkpoint needs only tensors and the two Lightning callback names allowed "
+                "here; a pickle that needs other code could run it when loaded, so it is never fully unpickled."
+            ) from None
+        # weights_only wraps the unpickler's own message (kept as the context) in advice to unpickle fully.
+        inner = error.__context__ if isinstance(error, pickle.UnpicklingError) and error.__context__ else error
+        reason = str(inner).strip().splitlines()[0] if str(inner).strip() else "the file ended early"
         raise CheckpointError(
-            f"refused to load '{path}': torch.load(weights_only=True) rejected it ({reason}). The released Polos "
-            "checkpoint needs only tensors and the two Lightning callback names allowed here; a pickle that needs "
-            "other code could run it when loaded, so it is never fully unpickled."
+            f"'{path}' is not a readable PyTorch checkpoint ({type(inner).__name__}: {reason}). Pass the .ckpt file "
+            f"that {model_name}'s Lightning trainer saved; if it was downloaded or copied, the copy may be truncated: "
+            "fetch it again."
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
-        raise CheckpointError(f"'{path}' could not be read as a torch checkpoint: {error}") from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         found = sorted(map(str, checkpoint))[:MAX_KEYS_SHOWN] if isinstance(checkpoint, dict) else type(checkpoint)
         raise CheckpointError(f"'{path}' is not a Lightning checkpoint: no 'state_dict' entry (found {found})")
@@ -406,5 +432,6 @@ __all__ = [
     "ALLOWED_LIGHTNING_GLOBALS",
     "convert_polos_checkpoint",
     "convert_polos_state_dict",
+    "load_lightning_checkpoint",
     "load_polos_checkpoint",
 ]
