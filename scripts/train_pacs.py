@@ -139,6 +139,7 @@ def write_model_card(
         provenance=provenance,
         include_reported_results=False,
         base_model_id=model.config.base_model_id,
+        max_text_length=model.config.max_text_length,
     )
     (directory / "README.md").write_text(card, encoding="utf-8")
     (directory / "README.md").chmod(0o644)
