@@ -63,9 +63,9 @@ IMAGE_SIZE = 64
 LONG_SENTENCE = "a small brown dog runs across the wet green grass of the park next to a red bicycle. "
 CAPTIONS = [
     "a red square on a green field",
-    LONG_SENTENCE * 5,  # about 95 tokens: past CLIP's 77, inside Long-CLIP's 248
-    "two cats sleep on a sofa. " + LONG_SENTENCE * 8 + "a man in a blue coat holds an umbrella.",  # about 170
-    LONG_SENTENCE * 14,  # about 260 tokens: truncated at 248 too
+    LONG_SENTENCE * 5,  # 100 tokens with the prompt: past CLIP's 77, inside Long-CLIP's 248
+    "two cats sleep on a sofa. " + LONG_SENTENCE * 8 + "a man in a blue coat holds an umbrella.",  # 174 tokens
+    LONG_SENTENCE * 14,  # 271 tokens: truncated at 248 too
 ]
 REFERENCES = [["a red box on grass"], [LONG_SENTENCE * 6, "a dog"], ["two cats on a sofa"], [LONG_SENTENCE * 2]]
 longclip_checkout = pytest.mark.skipif(
@@ -326,6 +326,16 @@ def test_released_geometries_are_recognised():
     assert identify_variant(l14).base_model_id == "BeichenZhang/LongCLIP-L"
     assert identify_variant(l14, base_model_id="me/longclip-ft").base_model_id == "me/longclip-ft"
     assert {variant.geometry["context_length"] for variant in LONGCLIP_VARIANTS.values()} == {CONTEXT_LENGTH}
+
+
+def test_plain_clip_directory_with_248_positions_reads_248_tokens(converted_dirs, tmp_path):
+    """`PACSModel.from_clip` on a plain transformers CLIPModel of Long-CLIP: the context comes from the backbone."""
+    converted = load_converted(converted_dirs["official"])
+    converted.clip.save_pretrained(tmp_path / "clip")
+    converted.tokenizer.save_pretrained(tmp_path / "clip")
+    wrapped = PACSModel.from_clip(str(tmp_path / "clip"))
+    assert wrapped.config.max_text_length == CONTEXT_LENGTH
+    torch.testing.assert_close(wrapped.encode_texts(CAPTIONS), converted.encode_texts(CAPTIONS), atol=0, rtol=0)
 
 
 def test_converted_directory_is_hub_ready(converted_dirs):
