@@ -33,7 +33,7 @@ import argparse
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -231,7 +231,7 @@ def identify_variant(
         if all(actual[name] == value for name, value in variant.geometry.items()):
             if base_model_id is None:
                 return variant
-            return OfficialVariant(**{**asdict(variant), "base_model_id": base_model_id})
+            return replace(variant, base_model_id=base_model_id)
     if not allow_other_geometry:
         released = "; ".join(
             f"{variant.display_name} ({variant.checkpoint_file})" for variant in LONGCLIP_VARIANTS.values()
