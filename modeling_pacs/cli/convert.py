@@ -1,6 +1,7 @@
 """The converters' command lines: `pacs-pp convert` (official PAC-S / PAC-S++ checkpoints), `pacs-pp convert-polos`
-(the released Polos checkpoint), `pacs-pp convert-pearl` (checkpoints of Pearl's training code) and
-`pacs-pp convert-beit3` (Pearl's BEiT-3 encoder), with their plumbing once.
+(the released Polos checkpoint), `pacs-pp convert-pearl` (checkpoints of Pearl's training code),
+`pacs-pp convert-longclip` (Long-CLIP, a CLIP that reads 248 tokens) and `pacs-pp convert-beit3` (Pearl's BEiT-3
+encoder), with their plumbing once.
 
 Each converter is a library function that raises `ValueError` / `FileNotFoundError` / `FileExistsError` naming the bad
 input; here one `run_converter` turns those into one `error: ...` line and exit status 2. A new converter is a
@@ -259,6 +260,59 @@ def convert_pearl(args: argparse.Namespace):
     )
 
 
+# ---------------------------------------------------------------------------------------------------- Long-CLIP
+LONGCLIP_EPILOG = """\
+The released checkpoints (Hugging Face Hub, BeichenZhang/LongCLIP-*), recognised by their geometry:
+
+  longclip-B.pt            Long-CLIP ViT-B/16
+  longclip-L.pt            Long-CLIP ViT-L/14
+  longclip-B-32.pt         Long-CLIP ViT-B/32
+  longclip-L@336px.pt      Long-CLIP ViT-L/14, 336 px
+
+The directory scores CLIP-S / RefCLIP-S with 248-token captions.
+
+Examples:
+
+  pacs-pp convert-longclip --checkpoint longclip-B.pt --output clip-s-longclip-b16
+  pacs-pp convert-longclip --checkpoint longclip-L.pt --output clip-s-longclip-l14 --weight-precision fp32
+"""
+
+
+def add_longclip_arguments(parser: argparse.ArgumentParser):
+    from ..pacs.convert_longclip import WEIGHT_PRECISIONS
+
+    parser.add_argument("--checkpoint", required=True, help="longclip-B.pt / longclip-L.pt (loaded weights_only)")
+    add_output_arguments(parser, head_dim=False)
+    parser.add_argument(
+        "--weight-precision",
+        choices=WEIGHT_PRECISIONS,
+        default="official",
+        help="'official': round the linear/attention/projection weights to fp16 as Long-CLIP's own longclip.load() "
+        "does, so features equal its loader's; 'fp32': keep the file's fp32 weights as stored. Default: official",
+    )
+    parser.add_argument(
+        "--allow-other-geometry",
+        action="store_true",
+        help="accept a geometry other than the released checkpoints' (custom or test checkpoints)",
+    )
+    parser.add_argument("--base-model-id", help="Hub id recorded as the backbone (default: the released repository)")
+    parser.add_argument("--no-verify", action="store_true", help="skip reloading the output to check its features")
+
+
+def convert_longclip(args: argparse.Namespace):
+    from ..pacs.convert_longclip import convert_longclip_checkpoint
+
+    convert_longclip_checkpoint(
+        args.checkpoint,
+        args.output,
+        weight_precision=args.weight_precision,
+        allow_other_geometry=args.allow_other_geometry,
+        base_model_id=args.base_model_id,
+        overwrite=args.overwrite,
+        verify=not args.no_verify,
+    )
+
+
 CONVERTERS = {
     "convert": Converter(
         "convert an official PAC-S / PAC-S++ checkpoint",
@@ -287,6 +341,13 @@ CONVERTERS = {
         PEARL_EPILOG,
         add_pearl_arguments,
         convert_pearl,
+    ),
+    "convert-longclip": Converter(
+        "convert a Long-CLIP checkpoint (CLIP-S that reads 248 tokens)",
+        "Convert a Long-CLIP checkpoint into a Hub-ready CLIP-S directory that reads 248 tokens.",
+        LONGCLIP_EPILOG,
+        add_longclip_arguments,
+        convert_longclip,
     ),
 }
 
@@ -318,12 +379,14 @@ main = converter_main("convert")
 polos_main = converter_main("convert-polos")
 beit3_main = converter_main("convert-beit3")
 pearl_main = converter_main("convert-pearl")
+longclip_main = converter_main("convert-longclip")
 
 __all__ = [
     "CONVERTERS",
     "Converter",
     "beit3_main",
     "build_parser",
+    "longclip_main",
     "main",
     "pearl_main",
     "polos_main",

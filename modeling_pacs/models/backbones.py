@@ -58,8 +58,6 @@ class BackboneSpec:
             pooled state is the last position, so texts are always as long as the model was trained with).
         text_attention_mask: pass the attention mask to the text tower (SigLIP was trained without one).
         default_prompt_prefix: `PACSConfig.prompt_prefix` when none is given.
-        default_max_text_length: `PACSConfig.max_text_length` when none is given (`None`: the text tower's
-            `max_position_embeddings`).
     """
 
     image_mean: tuple[float, float, float]
@@ -70,7 +68,6 @@ class BackboneSpec:
     text_padding: str
     text_attention_mask: bool
     default_prompt_prefix: str
-    default_max_text_length: int | None
 
 
 BACKBONES = {
@@ -83,7 +80,6 @@ BACKBONES = {
         text_padding="longest",
         text_attention_mask=True,
         default_prompt_prefix="A photo depicts ",
-        default_max_text_length=77,
     ),
     "siglip": BackboneSpec(
         image_mean=SIGLIP_MEAN,
@@ -94,7 +90,6 @@ BACKBONES = {
         text_padding="max_length",
         text_attention_mask=False,
         default_prompt_prefix="",
-        default_max_text_length=None,
     ),
 }
 
@@ -148,9 +143,10 @@ def embedding_dim(backbone_config: PreTrainedConfig) -> int:
 
 
 def default_max_text_length(backbone_config: PreTrainedConfig) -> int:
-    """The context length the backbone was trained with (77 for CLIP, 64 for SigLIP)."""
-    spec = backbone_spec(backbone_config)
-    return spec.default_max_text_length or backbone_config.text_config.max_position_embeddings
+    """The context length the backbone was trained with: its text positions (77 for CLIP, 248 for Long-CLIP, 64 for
+    SigLIP)."""
+    backbone_family(backbone_config)  # refuses unsupported backbones with an explanation
+    return backbone_config.text_config.max_position_embeddings
 
 
 def image_preprocessor(backbone_config: PreTrainedConfig) -> Callable[[ImageInput, int], torch.Tensor]:

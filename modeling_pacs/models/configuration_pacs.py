@@ -39,7 +39,7 @@ class PACSConfig(PreTrainedConfig):
             `"A photo depicts "` for CLIP and to no prompt for SigLIP.
         max_text_length (`int`, *optional*):
             Context length; longer texts are truncated keeping the end-of-text token in the last position. Defaults
-            to 77 for CLIP and to the text tower's `max_position_embeddings` (64) for SigLIP.
+            to the text tower's `max_position_embeddings`: 77 for CLIP, 248 for Long-CLIP, 64 for SigLIP.
         adapter_path (`str`, *optional*):
             Where the PEFT LoRA adapter lives: a sub-folder of the model directory, an absolute path, or a Hub id.
             `None` means the weights already contain everything (CLIP-S, PAC-S, or a merged PAC-S++).

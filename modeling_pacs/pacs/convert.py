@@ -617,15 +617,18 @@ def save_converted(converted: ConvertedCheckpoint, output_dir: str | os.PathLike
     return output_dir
 
 
-def verify_saved_model(converted: ConvertedCheckpoint, output_dir: str | os.PathLike, tolerance: float = 1e-4) -> float:
+def verify_saved_model(
+    converted: ConvertedCheckpoint, output_dir: str | os.PathLike, tolerance: float = 1e-4, text_length: int = 12
+) -> float:
     """Reload `output_dir` as a fresh model and return the largest feature difference from the in-memory
-    conversion on random pixels and token ids; raise if it exceeds `tolerance`."""
+    conversion on random pixels and token ids (`text_length` tokens, end-of-text last); raise if it exceeds
+    `tolerance`."""
     reloaded = PACSModel.from_pretrained(output_dir, dtype=torch.float32).eval()
     vision_config = converted.model.config.backbone_config.vision_config
     generator = torch.Generator().manual_seed(0)
     pixel_values = torch.randn(2, 3, vision_config.image_size, vision_config.image_size, generator=generator)
     text_config = converted.model.config.backbone_config.text_config
-    input_ids = torch.randint(0, text_config.vocab_size - 2, (2, 12), generator=generator)
+    input_ids = torch.randint(0, text_config.vocab_size - 2, (2, text_length), generator=generator)
     input_ids[:, 0], input_ids[:, -1] = text_config.bos_token_id, text_config.eos_token_id
     with torch.no_grad():
         differences = [

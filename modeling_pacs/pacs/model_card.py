@@ -156,6 +156,7 @@ def render_model_card(
     provenance: str | None = None,
     include_reported_results: bool = True,
     base_model_id: str | None = None,
+    max_text_length: int = 77,
 ) -> str:
     """The README.md (YAML front matter + markdown) of a PAC-S / PAC-S++ model directory.
 
@@ -169,6 +170,7 @@ def render_model_card(
         provenance: where the weights come from; defaults to the official checkpoint of the variant.
         include_reported_results: add the paper's reported results (model-index, marked as reported).
         base_model_id: Hub id of the backbone, for models trained here (default: the variant's released backbone).
+        max_text_length: the model's text context in tokens (248 for models trained on a Long-CLIP backbone).
     """
     facts = variant_facts(variant)
     repo_id = repo_id or PRETRAINED_MODELS[variant]
@@ -215,7 +217,7 @@ def render_model_card(
         f"- Reference-based (Eq. 5): `{ref_score_name}(v, t, R) = HM({score_name}(v, t), max(0, max_r cos(E_t(t), "
         "E_t(r))))`, where HM is the harmonic mean; the reference term is not scaled by w.\n"
         '- Every caption and reference is encoded as `"A photo depicts " + caption` (whitespace-normalised, CLIP '
-        "BPE, 77 tokens, truncated keeping the end-of-text token). Images: RGB, shorter side to "
+        f"BPE, {max_text_length} tokens, truncated keeping the end-of-text token). Images: RGB, shorter side to "
         f"{geometry.image_size if geometry else 224} px (bicubic), center crop, CLIP mean/std.\n"
         "- The corpus score is the mean of per-item scores. Reference numbers are fp32.\n"
         "- w values of the family: CLIP-S 2.5, PAC-S 2.0 (official code), PAC-S++ ViT-B/32 2.5, PAC-S++ ViT-L/14 "
@@ -285,7 +287,7 @@ def render_model_card(
         ]
     sections += [
         "## Limitations",
-        "- English captions only (CLIP BPE vocabulary); texts longer than 77 tokens are truncated.\n"
+        f"- English captions only (CLIP BPE vocabulary); texts longer than {max_text_length} tokens are truncated.\n"
         "- A learned metric inherits the biases of CLIP's web training data and of the synthetic data used for "
         "fine-tuning; it rewards visual-textual alignment and can miss fluency, grammar and fine-grained errors.\n"
         "- Scores are comparable only within one variant and one w; fp16/bf16 inference deviates slightly from the "
@@ -386,6 +388,7 @@ def write_trained_model_card(
             f"lambda_v={lambda_v}, lambda_t={lambda_t}); final metrics: {final_metrics}",
             include_reported_results=False,
             base_model_id=model.config.base_model_id,
+            max_text_length=model.config.max_text_length,
         )
     path = directory / "README.md"
     path.write_text(card, encoding="utf-8")
