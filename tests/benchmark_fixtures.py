@@ -289,3 +289,77 @@ def write_activitynet_foil(root: Path) -> Path:
     for video in ("v1", "v2"):
         (root / "videos" / f"{video}.mp4").write_bytes(b"not decoded by these tests")
     return root
+
+
+# DetailCaps-4870 rows with the release's column names (docs-drafts/detailcaps.md): row 1's GPT4_Eval is null, row 2
+# (LAION) has no bytes (its image is found under images/LAION/ by its URL's file name), row 3's judge ties every
+# caption, row 4's judgement lacks LLaVA_v15 and its ShareCaptioner caption is empty.
+DETAILCAPS_JUDGEMENTS = [
+    '{"CogVLM": 8, "ShareCaptioner": 6, "LLaVA_v15": 3}',
+    None,
+    '{"CogVLM": 5, "ShareCaptioner": 7.5, "LLaVA_v15": 6}',
+    '{"CogVLM": 4, "ShareCaptioner": 4, "LLaVA_v15": 4}',
+    '{"CogVLM": 9, "ShareCaptioner": 2}',
+    '{"CogVLM": 3, "ShareCaptioner": 5, "LLaVA_v15": 7}',
+]
+DETAILCAPS_SOURCES = [
+    ("COCO", "coco/val2014/COCO_val2014_000000000042.jpg"),
+    ("SAM", "223750"),
+    ("LAION", "https://example.org/photos/laion_cat.jpg?size=large"),
+    ("Flikr", "flickr30k/1000092795.jpg"),
+    ("SBU", "http://static.flickr.com/2723/4385058960_b0f291553e.jpg"),
+    ("Coyo", "https://example.com/coyo/7.png"),
+]
+
+
+def encoded_png(seed: int, size=(32, 24)) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    random_image(seed, size).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def detailcaps_rows() -> list[dict]:
+    """Six rows as the Hub parquet holds them (image bytes in `binary`, GPT4_Eval a JSON string)."""
+    rows = []
+    for number, ((source, identifier), judgement) in enumerate(zip(DETAILCAPS_SOURCES, DETAILCAPS_JUDGEMENTS)):
+        rows.append(
+            {
+                "binary": None if source == "LAION" else encoded_png(number),
+                "image": identifier,
+                "source": source,
+                "GT_Caption_GPT4O": f"GPT-4o: a detailed scene {number} with a red dog on green grass.",
+                "GT_Caption_GPT4V": f"GPT-4V: the picture {number} shows a dog lying on a lawn.",
+                "GT_Caption_Gemini15Pro": f"Gemini: image {number}, an animal resting outdoors in the sun.",
+                "CogVLM": f"a dog on the grass in picture {number}",
+                "ShareCaptioner": "" if number == 4 else f"a small cat sits near a window {number}",
+                "LLaVA_v15": f"two birds fly over a lake {number}",
+                "GPT4_Eval": judgement,
+            }
+        )
+    return rows
+
+
+def write_detailcaps(root: Path, rows: list[dict] | None = None, layout: str = "hub") -> Path:
+    """The release in one of its layouts: `hub` (DetailCaps-4870.parquet), `export` (default/test/0000.parquet)
+    or `saved` (a save_to_disk DatasetDict); plus the LAION row's image under images/LAION/."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = detailcaps_rows() if rows is None else rows
+    root.mkdir(parents=True, exist_ok=True)
+    types = {"binary": pa.binary()}
+    schema = pa.schema([(name, types.get(name, pa.string())) for name in rows[0]])
+    table = pa.Table.from_pylist(rows, schema=schema)
+    if layout == "hub":
+        pq.write_table(table, root / "DetailCaps-4870.parquet", row_group_size=4)
+    elif layout == "export":
+        (root / "default" / "test").mkdir(parents=True)
+        pq.write_table(table, root / "default" / "test" / "0000.parquet")
+    else:
+        import datasets
+
+        datasets.DatasetDict({"test": datasets.Dataset(table)}).save_to_disk(str(root))
+    write_images(root / "images" / "LAION", ["laion_cat.jpg"])
+    return root
