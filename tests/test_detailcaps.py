@@ -162,6 +162,7 @@ def test_local_images_follow_the_cards_identity_table(tmp_path):
     assert detailcaps.local_image(images, "Coyo", url) == (images / "Coyo" / "photo.jpg", False)
     assert detailcaps.local_image(images, "Flikr", "../../etc/x.jpg") == (images / "Flickr" / "x.jpg", False)
     assert detailcaps.local_image(images, "COCO", "a/b.jpg") == (images / "a" / "b.jpg", False)
+    assert detailcaps.local_image(images, "../x", "/etc/b.jpg") == (images / "___x" / "b.jpg", False)
 
 
 def test_consistency_statistics_agree_with_scipy_and_numpy():

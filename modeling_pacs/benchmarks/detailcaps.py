@@ -231,7 +231,8 @@ def cache_images(release: Release, column: str, num_rows: int) -> dict[int, Path
 def local_image(images_dir: Path, source: str | None, identifier: str) -> tuple[Path, bool]:
     """The card's "identity of images" per source: a path (COCO, Flickr), an item_id (SAM) or a URL (LAION, CC, SBU,
     Coyo), looked up under `images/<source>/`. Returns the first candidate that exists, else the preferred one."""
-    folder, kind = SOURCES.get((source or "").strip().lower(), (source or "unknown", "path"))
+    unknown = re.sub(r"[^A-Za-z0-9_-]", "_", source or "") or "unknown"  # a folder name, never a path
+    folder, kind = SOURCES.get((source or "").strip().lower(), (unknown, "path"))
     if kind == "url":
         candidates = [images_dir / folder / PurePosixPath(urlparse(identifier).path).name]
     elif kind == "item_id":
