@@ -130,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="VATEX-EVAL: skip EMScore's 4-decimal rounding of predictions and results",
     )
+    protocol.add_argument(
+        "--detailcaps-judge-scale",
+        type=float,
+        default=1.0,
+        help="DetailCaps-4870: divide the GPT-4 scores by this for 1-R^2 only (correlations do not depend on it)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
         foil_pairs=args.foil_pairs,
         foil_four_refs=args.foil_four_refs,
         vatex_rounding=not args.vatex_unrounded,
+        detailcaps_judge_scale=args.detailcaps_judge_scale,
     )
     config = HarnessConfig(
         benchmarks=args.benchmark,

@@ -5,12 +5,12 @@ harness that scores any metric on them (`harness`, `runner`, `systems`) and the 
 
 >>> from modeling_pacs.evaluation import BENCHMARKS, load_benchmark
 >>> sorted(BENCHMARKS)[:3]
-['activitynet_foil', 'composite', 'flickr8k_cf']
+['activitynet_foil', 'composite', 'detailcaps']
 """
 
 from pathlib import Path
 
-from . import flickr8k, foil, pascal50s, rated_csv, video
+from . import detailcaps, flickr8k, foil, pascal50s, rated_csv, video
 from .benchmark import Benchmark, BenchmarkDataError, BenchmarkOptions
 
 # name -> (title as in the papers, loader(data_dir, options))
@@ -24,6 +24,7 @@ BENCHMARKS = {
     "activitynet_foil": ("ActivityNet-FOIL", video.load_activitynet_foil),
     "polaris": ("Polaris", rated_csv.load_polaris),
     "nebula": ("Nebula", rated_csv.load_nebula),
+    "detailcaps": ("DetailCaps-4870", detailcaps.load),
 }
 
 

@@ -46,6 +46,7 @@ class BenchmarkOptions:
     foil_pairs: str = "all"  # "all" (official), "one_per_image", "subset8k" (PAC-S++ paper)
     foil_four_refs: str = "all"  # "all" remaining (official) or "four" (paper)
     vatex_rounding: bool = True  # EMScore rounds predictions and results to 4 decimals
+    detailcaps_judge_scale: float = 1.0  # DetailCaps: GPT-4 scores divided by this for 1-R^2 only (scale unverified)
 
 
 @dataclass

@@ -82,10 +82,22 @@ def _column(names: list[str], role: str, location: Path, required: bool = True) 
     return found
 
 
-def image_cache_dir(location: Path, name: str) -> Path:
+def image_cache_dir(location: Path, name: str, stamp: str = "") -> Path:
+    """Where a copy's embedded images are written: one folder per copy (its path, and `stamp`, e.g. the files' sizes
+    and modification times, so that a replaced file gets a fresh folder)."""
     cache = Path(os.environ.get("PACS_PP_CACHE", Path.home() / ".cache" / "pacs_pp"))
-    digest = hashlib.sha256(str(location.resolve()).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((str(location.resolve()) + stamp).encode()).hexdigest()[:16]
     return cache / "benchmark_images" / f"{name}-{digest}"
+
+
+def write_cached_image(path: Path, data: bytes):
+    """Write embedded image bytes once, atomically (a reader never sees a partial file)."""
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
 
 
 def read_hf_rows(data_dir: Path, name: str, split: str = "test", config: str | None = None) -> tuple[list[dict], Path]:
@@ -115,11 +127,7 @@ def read_hf_rows(data_dir: Path, name: str, split: str = "test", config: str | N
         if image and image.get("bytes"):
             stem = Path(str(row[image_name]) if image_name else image.get("path") or "image").name
             path = cache / f"{number:06d}_{stem}"
-            if not path.is_file():
-                cache.mkdir(parents=True, exist_ok=True)
-                temporary = path.with_name(f".{path.name}.tmp")
-                temporary.write_bytes(image["bytes"])
-                temporary.replace(path)
+            write_cached_image(path, image["bytes"])
         else:
             path = (data_dir / "images" / str(row[image_name] if image_name else image["path"])).resolve()
         rows.append({"mt": row[candidate], "refs": list(refs), "score": float(row[human]), "imgid": str(path)})

@@ -252,3 +252,38 @@ def correlation_report(items: list[dict], official_rounding: bool):
         return statistics
 
     return evaluate
+
+
+# ----------------------------------------------------------------------------------------------- DetailCaps-4870
+def one_minus_r_squared(metric: Sequence[float], human: Sequence[float]) -> float:
+    """`1 - R^2` with the metric's scores as the observed values and the judge's scores as the predictions, no fit:
+    `sum((metric - human)^2) / sum((metric - mean(metric))^2)` (as `1 - sklearn.metrics.r2_score(metric, human)`).
+
+    A ratio, not x100; it depends on the scales of both sides (0 only when the metric returns the judge's scores).
+    This is our reading of the CAPTURE README's `1-R^2` column (see `detailcaps.py`). NaN for a constant metric.
+    """
+    x, y = _paired(metric, human)
+    total = float(((x - x.mean()) ** 2).sum())
+    return float(((x - y) ** 2).sum()) / total if total else math.nan
+
+
+def grouped_kendall_tau(
+    metric: Sequence[float], human: Sequence[float], groups: Sequence, variant: str = "b"
+) -> tuple[float, int]:
+    """100 x Kendall's tau within each group (the captions of one image), averaged over the groups where it is
+    defined, and how many groups that is. A group with fewer than 2 items, or constant on either side, has no tau
+    and is left out of the mean (NaN when no group has one)."""
+    x, y = _paired(metric, human)
+    if len(groups) != len(x):
+        raise ValueError(f"got {len(groups)} group labels for {len(x)} items: pass one per item")
+    members: dict = {}
+    for index, group in enumerate(groups):
+        members.setdefault(group, []).append(index)
+    taus = []
+    for indices in members.values():
+        if len(indices) < 2:
+            continue
+        tau = kendall_tau(x[indices], y[indices], variant)
+        if math.isfinite(tau):
+            taus.append(tau)
+    return (float(np.mean(taus)) if taus else math.nan), len(taus)

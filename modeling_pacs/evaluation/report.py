@@ -14,6 +14,7 @@ logger = logging.getLogger("pacs_pp.benchmarks")
 TAUS = ("kendall_tau_b", "kendall_tau_c")
 PASCAL = ("accuracy_HC", "accuracy_HI", "accuracy_HM", "accuracy_MM", "accuracy_mean")
 FOIL = ("accuracy_1ref", "accuracy_4ref")
+DETAILCAPS = ("pearson", "one_minus_r2", "kendall_tau_b", "sample_kendall_tau_b")
 
 
 def _row(names: tuple[str, ...], *values: float) -> dict[str, float]:
@@ -120,6 +121,19 @@ PAPER_NUMBERS = {
         "RefPAC-S": _row(TAUS, 54.7, 51.9),
         "RefPAC-S++": _row(TAUS, 53.3, 50.6),
         "Polos": _row(TAUS, 58.0, 55.0),
+    },
+    # CAPTURE README (foundation-multimodal-models/CAPTURE@52eeb27, lines 45-57): the AVERAGE of DetailCaps-100 and
+    # DetailCaps-4870 (the per-benchmark values are not public). PCC and the taus x100; 1-R^2 as printed (a ratio).
+    # CLIPScore's backbone is not stated.
+    "detailcaps": {
+        "BLEU": _row(DETAILCAPS, 26.08, 54.75, 18.66, 24.62),
+        "ROUGE-L": _row(DETAILCAPS, 29.51, 134.12, 21.49, 33.83),
+        "CIDEr": _row(DETAILCAPS, 11.48, 2.6e7, 11.65, 9.91),
+        "METEOR": _row(DETAILCAPS, 40.22, 290.38, 29.27, 40.62),
+        "SPICE": _row(DETAILCAPS, 43.86, 155.95, 32.44, 47.18),
+        "CLIPScore": _row(DETAILCAPS, 35.58, 21.46, 24.79, 38.41),
+        "CLIP-S": _row(DETAILCAPS, 35.58, 21.46, 24.79, 38.41),
+        "CAPTURE": _row(DETAILCAPS, 50.91, 8.29, 38.61, 60.18),
     },
 }
 

@@ -296,7 +296,7 @@ def test_benchmark_all_runs_every_present_folder(tmp_path, caplog):
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
     assert [line["benchmark"] for line in lines] == ["pascal50s"] * 8 + ["vatex_eval"] * 12
     assert "video" in lines[-1] and "image" not in lines[-1]
-    assert "no folder for activitynet_foil, composite, flickr8k_cf" in caplog.text
+    assert "no folder for activitynet_foil, composite, detailcaps, flickr8k_cf" in caplog.text
     with pytest.raises(SystemExit, match="no benchmark folder found"):
         run("--benchmark", "all", "--data-dir", tmp_path, "--dump-items", dump)
 
