@@ -65,6 +65,7 @@ from modeling_pacs.models.inputs import (
     preprocess_image,
 )
 from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
+from modeling_pacs.testing.modules import temporary_modules
 from modeling_pacs.testing.pacs import make_tiny_model
 
 
@@ -176,23 +177,15 @@ def official_import_path(official_dir: Path):
     pkg_resources.packaging = packaging
     stubs = {"torchvision": torchvision, "torchvision.transforms": torchvision.transforms}
     stubs["pkg_resources"] = pkg_resources
-    saved = {name: sys.modules.get(name) for name in stubs}
-    sys.modules.update(stubs)
-    # The official code imports `models.custom_loralib` absolutely: its `models` package must be the checkout's.
-    spec = importlib.util.spec_from_file_location(
-        "models", official_dir / "models" / "__init__.py", submodule_search_locations=[str(official_dir / "models")]
-    )
-    package = importlib.util.module_from_spec(spec)
-    sys.modules["models"] = package
-    try:
+    with temporary_modules(stubs):
+        # The official code imports `models.custom_loralib` absolutely: its `models` package must be the checkout's.
+        spec = importlib.util.spec_from_file_location(
+            "models", official_dir / "models" / "__init__.py", submodule_search_locations=[str(official_dir / "models")]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["models"] = package
         spec.loader.exec_module(package)
         yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def load_official_code(official_dir: Path) -> types.SimpleNamespace:

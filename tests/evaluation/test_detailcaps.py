@@ -219,9 +219,8 @@ def test_benchmark_statistics_on_the_fixture(tmp_path, cache):
 def test_model_and_its_scores_give_the_same_table_beside_the_paper(tmp_path, cache, capsys):
     """--model scores every item (equal to scoring each alone), --scores with those scores gives the same table, any
     number of --scores rows sit side by side, and a row named after a CAPTURE README metric carries its numbers."""
-    from modeling_pacs.testing.pacs import make_tiny_model
-
     from modeling_pacs.loading import load_model
+    from modeling_pacs.testing.pacs import make_tiny_model
 
     model_dir = str(tmp_path / "tiny")
     make_tiny_model(model_dir, seed=2)

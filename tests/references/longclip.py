@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from modeling_pacs.testing.modules import temporary_modules
 from tests.references.original_clip import OriginalGeometry, build_original_clip
 
 CONTEXT_LENGTH = 248
@@ -216,23 +217,14 @@ def missing_import_placeholders():
         def __init__(self, *args, **kwargs):
             self.args = args
 
-    names = ("pkg_resources", "torchvision", "torchvision.transforms")
-    saved = {name: sys.modules.get(name) for name in names}
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    sys.modules["pkg_resources"].packaging = packaging
-    transforms = sys.modules["torchvision.transforms"]
+    stubs = {name: types.ModuleType(name) for name in ("pkg_resources", "torchvision", "torchvision.transforms")}
+    stubs["pkg_resources"].packaging = packaging
+    transforms = stubs["torchvision.transforms"]
     for name in ("Compose", "Resize", "CenterCrop", "ToTensor", "Normalize"):
         setattr(transforms, name, type(name, (Transform,), {}))
     transforms.InterpolationMode = types.SimpleNamespace(BICUBIC="bicubic")
-    try:
+    with temporary_modules(stubs):
         yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 @cache

@@ -39,6 +39,8 @@ import torch
 from PIL import Image
 from torch import nn
 
+from modeling_pacs.testing.modules import temporary_modules
+
 CLIP_PACKAGE_DIR = Path(importlib.util.find_spec("clip").submodule_search_locations[0])
 OPEN_CLIP_PACKAGE_DIR = Path(importlib.util.find_spec("open_clip").submodule_search_locations[0])
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -244,19 +246,10 @@ def torchvision_stub():
     """open_clip's `utils.py` imports `torchvision.ops.misc.FrozenBatchNorm2d` (only used to freeze ResNets), and
     torchvision has no CPU build here: provide a placeholder while loading, then remove it so that nothing else
     (e.g. transformers' availability checks) ever sees it."""
-    names = ("torchvision", "torchvision.ops", "torchvision.ops.misc")
-    saved = {name: sys.modules.get(name) for name in names}
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    sys.modules["torchvision.ops.misc"].FrozenBatchNorm2d = nn.BatchNorm2d
-    try:
+    stubs = {name: types.ModuleType(name) for name in ("torchvision", "torchvision.ops", "torchvision.ops.misc")}
+    stubs["torchvision.ops.misc"].FrozenBatchNorm2d = nn.BatchNorm2d
+    with temporary_modules(stubs):
         yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 @lru_cache(maxsize=1)
