@@ -18,7 +18,7 @@ from typing import Any
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
-DOCS = "README, section 'Benchmark data layouts'"
+DOCS = "docs/guides/benchmarks.md, section 'Benchmark data layouts'"
 
 
 class BenchmarkDataError(ValueError):

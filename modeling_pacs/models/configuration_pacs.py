@@ -22,7 +22,8 @@ DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", 
 
 class PACSConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`PACSModel`]: a CLIP-style dual encoder, optional LoRA adapters, and the scoring constants.
+    Configuration of a [`PACSModel`][modeling_pacs.PACSModel]: a CLIP-style dual encoder, optional LoRA adapters, and
+    the scoring constants.
 
     Args:
         backbone_config (`dict` or `CLIPConfig`, *optional*):
@@ -45,9 +46,12 @@ class PACSConfig(PreTrainedConfig):
             `None` means the weights already contain everything (CLIP-S, PAC-S, or a merged PAC-S++).
         merge_adapter (`bool`, *optional*, defaults to `True`):
             Merge the adapter into the base weights after loading (faster inference, identical scores).
-        lora_rank (`int`, *optional*, defaults to 4), lora_alpha (`float`, *optional*, defaults to 1.0),
+        lora_rank (`int`, *optional*, defaults to 4):
+            LoRA rank of the official PAC-S++ recipe.
+        lora_alpha (`float`, *optional*, defaults to 1.0):
+            LoRA alpha of the official recipe (alpha=1 with r=4, i.e. scaling 0.25).
         lora_target_modules (`list[str]`, *optional*):
-            LoRA settings of the official PAC-S++ recipe (r=4, alpha=1, i.e. scaling 0.25).
+            The adapted modules; defaults to the official placement (`DEFAULT_LORA_TARGET_MODULES`).
         base_model_id (`str`, *optional*, defaults to `"openai/clip-vit-base-patch32"`):
             Hub id of the backbone the adapter was trained on; written into `adapter_config.json`.
 

@@ -22,7 +22,8 @@ ROBERTA_BASE = {
 
 class PolosConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`PolosModel`]: Polos (Wada et al., CVPR 2024), a supervised reference-based caption metric.
+    Configuration of a [`PolosModel`][modeling_pacs.PolosModel]: Polos (Wada et al., CVPR 2024), a supervised
+    reference-based caption metric.
 
     Args:
         clip_config (`dict` or `CLIPConfig`, *optional*):

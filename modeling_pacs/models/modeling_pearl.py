@@ -23,7 +23,7 @@ from .scoring import fuse_pearl_scores, pearl_huber_loss
 @dataclass
 class PearlOutput(ModelOutput):
     """
-    Output of [`PearlModel.forward`].
+    Output of [`PearlModel.forward`][modeling_pacs.PearlModel.forward].
 
     Args:
         loss (`torch.FloatTensor` of shape `()`, *optional*): summed Huber loss (SPEC-pearl §5), with `labels`.

@@ -50,7 +50,7 @@ DROPPED_LAYER_WEIGHT = -1e20
 @dataclass
 class PolosScoreOutput(ModelOutput):
     """
-    Scores of [`PolosModel.score`].
+    Scores of [`PolosModel.score`][modeling_pacs.PolosModel.score].
 
     Args:
         scores (`torch.FloatTensor` of shape `(num_items,)`):
@@ -290,7 +290,7 @@ class PolosModel(PolosPreTrainedModel):
             image_batch_size, text_batch_size: encoder batch sizes (do not change per-item scores).
 
         Returns:
-            [`PolosScoreOutput`] with per-item scores and their mean.
+            [`PolosScoreOutput`][modeling_pacs.PolosScoreOutput] with per-item scores and their mean.
         """
         mode = mode or self.config.mode
         if mode not in POLOS_MODES:

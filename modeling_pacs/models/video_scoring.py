@@ -45,7 +45,7 @@ logger = logging.get_logger(__name__)
 @dataclass
 class PACSVideoScoreOutput(ModelOutput):
     """
-    Scores of [`PACSModel.score_videos`], per item and for the corpus.
+    Scores of [`PACSModel.score_videos`][modeling_pacs.PACSModel.score_videos], per item and for the corpus.
 
     Args:
         scores (`torch.FloatTensor` of shape `(num_items,)`):
@@ -95,7 +95,7 @@ def batched(iterable, size: int):
 
 
 class VideoScoringMixin:
-    """The video methods of [`PACSModel`] (SPEC §2). See `PACSModel.score_videos`."""
+    """The video methods of [`PACSModel`][modeling_pacs.PACSModel] (SPEC §2). See `PACSModel.score_videos`."""
 
     def build_idf_table(self, corpus: Sequence[str]) -> IDFTable:
         """EMScore's IDF table over `corpus` (e.g. every caption of the VATEX training annotations), SPEC §2.
@@ -222,7 +222,8 @@ class VideoScoringMixin:
             text_batch_size: captions per text-encoder batch.
 
         Returns:
-            [`PACSVideoScoreOutput`] with per-item scores, their components and corpus means.
+            [`PACSVideoScoreOutput`][modeling_pacs.PACSVideoScoreOutput] with per-item scores, their components and
+            corpus means.
 
         Example:
 

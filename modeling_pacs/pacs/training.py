@@ -2,10 +2,10 @@
 
 SPEC §3 (PAC-S++ paper Sec. 3.2 and 5.1). Not part of the published remote code: it may import `datasets`.
 
-Data flows one way: dataset rows `(image, caption, synthetic_image, synthetic_caption)` -> [`PACSDataCollator`]
-(decoding, official preprocessing, tokenisation with the scoring-time prompt prefix) -> [`PACSEncoderForTraining`]
-(one forward through both towers, so DDP sees it) -> [`gather_with_gradient`] (global batch) ->
-[`pacs_contrastive_loss`] (Eqs. 1-3).
+Data flows one way: dataset rows `(image, caption, synthetic_image, synthetic_caption)` -> `PACSDataCollator`
+(decoding, official preprocessing, tokenisation with the scoring-time prompt prefix) -> `PACSEncoderForTraining`
+(one forward through both towers, so DDP sees it) -> `gather_with_gradient` (global batch) ->
+[`pacs_contrastive_loss`][modeling_pacs.pacs.training.pacs_contrastive_loss] (Eqs. 1-3).
 
 The prompt prefix: the official training code is not public. We tokenise training captions exactly as captions are
 tokenised at scoring time (`PACSModel.tokenize`, which prepends `config.prompt_prefix`, "A photo depicts "), so the
@@ -254,7 +254,8 @@ def gather_with_gradient(tensor: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------------------- model
 class PACSEncoderForTraining(nn.Module):
-    """Both towers of a [`PACSModel`] behind one `forward`, so DDP wraps and synchronises a single call.
+    """Both towers of a [`PACSModel`][modeling_pacs.PACSModel] behind one `forward`, so DDP wraps and synchronises a
+    single call.
 
     Returns the projected (unnormalised) image and text embeddings and CLIP's `logit_scale`.
 
@@ -384,7 +385,7 @@ class PACSDataCollator:
     Images (paths, bytes, PIL, arrays or `datasets.Image` dicts) go through the official preprocessing
     (`modeling_pacs.models.inputs.load_and_preprocess`); captions through `PACSModel.tokenize`, the scoring-time text
     pipeline (prompt prefix included). Real and synthetic captions are padded together, so they share one length.
-    With `image_sources` (column -> [`RowSource`]), that column holds row numbers and the batch's images are read
+    With `image_sources` (column -> `RowSource`), that column holds row numbers and the batch's images are read
     from the source here, so a training set's image bytes stay on disk until their batch (see `modeling_pacs.data`).
 
     Example:
@@ -470,7 +471,7 @@ def column_key(column: str, tensor_name: str) -> str:
 class PACSTrainer(Trainer):
     """A `Trainer` whose loss is Eq. 3 over the global batch (all processes' rows are the negatives).
 
-    The model is a [`PACSEncoderForTraining`]; the data collator a [`PACSDataCollator`]. Under `torchrun` or
+    The model is a `PACSEncoderForTraining`; the data collator a `PACSDataCollator`. Under `torchrun` or
     `accelerate launch` each process encodes its own rows, the embeddings are gathered with their gradient, and every
     process computes the global-batch loss, so 8 processes x 32 rows train exactly the loss of 256 rows on one.
 
@@ -614,7 +615,7 @@ def load_training_data(
     """The training data of `scripts/train_pacs.py`, memory-mapped, with no image byte read.
 
     COCO Karpathy (`karpathy_json` + `image_root` + `synthetic_data`): captions of `train` + `restval` (training) and
-    `val` (validation) joined by key with the synthetic shards ([`modeling_pacs.data.karpathy_training_rows`]); the
+    `val` (validation) joined by key with the synthetic shards (`modeling_pacs.data.karpathy_training_rows`); the
     row tables go to `data_dir`. Or any `datasets` dataset with the columns `image`, `caption`, `synthetic_image`,
     `synthetic_caption` (`dataset`: a Hub id or a `save_to_disk` folder), memory-mapped by `datasets` itself.
     """
@@ -659,7 +660,7 @@ def load_training_data(
 
 
 class TrainingDataRecord(TrainerCallback):
-    """Writes the digests of the training rows into every checkpoint, for [`check_resumed_data`]."""
+    """Writes the digests of the training rows into every checkpoint, for `check_resumed_data`."""
 
     def __init__(self, digests: dict[str, dict[str, Any]]):
         self.digests = digests

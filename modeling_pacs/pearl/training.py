@@ -1,8 +1,9 @@
 """Training Pearl on cached features (SPEC-pearl §5, A4, A11, A12, A16): a `Trainer` with Pearl's recipe.
 
-Rows (from `supervised.data`) -> [`PearlDataCollator`] (features from the [`FeatureCache`], references capped at
+Rows (from `supervised.data`) -> `PearlDataCollator` (features from the `FeatureCache`, references capped at
 `max_refs`, mixed reference-free / reference-based batches) -> `PearlModel` (summed Huber loss, the reference term
-only for rows with references) -> [`PearlTrainer`] (Adam 1e-5, batch 16, 1000 warm-up steps then linear decay,
+only for rows with references) -> [`PearlTrainer`][modeling_pacs.pearl.training.PearlTrainer] (Adam 1e-5, batch 16,
+1000 warm-up steps then linear decay,
 gradient clipping 1.0, early stopping on validation Kendall tau-c with patience 1, best checkpoint kept).
 """
 

@@ -55,7 +55,7 @@ def read_polaris_csv(path: str | Path, image_root: str | Path | None = None) -> 
 
 def read_polaris_parquet(path: str | Path) -> list[dict]:
     """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's; the
-    images stay in the file (an `ImageReference` per row, read by [`PolarisCollator`] for its batch)."""
+    images stay in the file (an `ImageReference` per row, read by `PolarisCollator` for its batch)."""
     return read_rows(path, "polaris", references_required=True, image_bytes=True)
 
 
@@ -114,7 +114,8 @@ def polos_training_arguments(
 
 
 class PolosTrainer(SupervisedMetricTrainer):
-    """Trains a [`PolosModel`]'s head and ScalarMix on Polaris rows (collated by [`PolarisCollator`]).
+    """Trains a [`PolosModel`][modeling_pacs.PolosModel]'s head and ScalarMix on Polaris rows (collated by
+    `PolarisCollator`).
 
     Args:
         normalization: `"official"` (default: each batch's candidates share ScalarMix statistics, references are

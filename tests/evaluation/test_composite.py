@@ -199,7 +199,7 @@ def test_keep_candidate_option_and_contradicting_options(amt_dir):
         )
 
 
-DOCS = r"\(see README, section 'Benchmark data layouts', 'Composite'\)"
+DOCS = r"\(see docs/guides/benchmarks.md, section 'Benchmark data layouts', 'Composite'\)"
 
 
 def test_missing_and_malformed_amt_files_name_the_file_layout_and_docs(tmp_path):
