@@ -1,4 +1,4 @@
-"""Configuration of the PAC-S++ SCST captioner (SPEC §5; PAC-S++ paper Sec. 4.2, Eq. 15)."""
+"""Configuration of the PAC-S++ SCST captioner (docs/spec/pacs.md#scst; PAC-S++ paper Sec. 4.2, Eq. 15)."""
 
 from transformers import CLIPVisionConfig, PreTrainedConfig
 

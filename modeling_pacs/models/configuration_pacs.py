@@ -7,7 +7,8 @@ from transformers.configuration_utils import SubConfigSpec
 
 from .backbones import CLIP_DEFAULT_W, backbone_spec, default_max_text_length, default_w
 
-# Metric variants and their default w (SPEC §1: PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official PAC-S code).
+# Metric variants and their default w (docs/spec/pacs.md#metric: PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official
+# PAC-S code).
 VARIANT_DEFAULT_W = CLIP_DEFAULT_W
 # Display names of the reference-free and reference-based scores of each variant.
 VARIANT_SCORE_NAMES = {
@@ -15,8 +16,8 @@ VARIANT_SCORE_NAMES = {
     "pac_s": ("PAC-S", "RefPAC-S"),
     "pac_s_pp": ("PAC-S++", "RefPAC-S++"),
 }
-# Official PAC-S++ adapter placement (SPEC §3): every attention projection and both MLP linears of both towers.
-# The patch-embedding delta is merged into the base weights, because PEFT cannot express its factorisation.
+# Official PAC-S++ adapter placement (docs/spec/pacs.md#training): every attention projection and both MLP linears of
+# both towers. The patch-embedding delta is merged into the base weights, because PEFT cannot express its factorisation.
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
 
 

@@ -56,8 +56,8 @@ class PACSTextFeatures(ModelOutput):
         text_embeds (`torch.FloatTensor` of shape `(batch_size, projection_dim)`):
             Projected hidden state at the end-of-text position (the caption embedding `E_t(t)`).
         token_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, projection_dim)`, *optional*):
-            `text_projection(final_layer_norm(hidden_states))` at every position (SPEC §2, Eq. 8), unnormalised;
-            for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
+            `text_projection(final_layer_norm(hidden_states))` at every position (docs/spec/pacs.md#video, Eq. 8),
+            unnormalised; for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
         attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             1 from start-of-text through end-of-text, 0 on padding.
         input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):

@@ -1,6 +1,7 @@
 """Training PAC-S++ and PAC-S: the positive-augmented contrastive loss, its distributed gather, data and Trainer.
 
-SPEC §3 (PAC-S++ paper Sec. 3.2 and 5.1). Not part of the published remote code: it may import `datasets`.
+docs/spec/pacs.md#training (PAC-S++ paper Sec. 3.2 and 5.1). Not part of the published remote code: it may import
+`datasets`.
 
 Data flows one way: dataset rows `(image, caption, synthetic_image, synthetic_caption)` -> `PACSDataCollator`
 (decoding, official preprocessing, tokenisation with the scoring-time prompt prefix) -> `PACSEncoderForTraining`
@@ -60,7 +61,7 @@ LOSS_TYPES = ("info_nce", "sigmoid")
 # ----------------------------------------------------------------------------------------------------- recipes
 @dataclass(frozen=True)
 class TrainingRecipe:
-    """What is trained and how the three loss terms are weighted (SPEC §3).
+    """What is trained and how the three loss terms are weighted (docs/spec/pacs.md#training).
 
     Args:
         variant: the `PACSConfig.variant` of the trained model.
@@ -545,7 +546,8 @@ class PACSTrainer(Trainer):
 
 
 class StepPatienceEarlyStopping(TrainerCallback, ExportableState):
-    """Stop when the validation loss has not improved for `patience_steps` optimisation steps (SPEC §3: 1,500).
+    """Stop when the validation loss has not improved for `patience_steps` optimisation steps
+    (docs/spec/pacs.md#training: 1,500).
 
     transformers' `EarlyStoppingCallback` counts evaluations; the paper counts iterations. The best loss and its step
     are saved in checkpoints, so a resumed run keeps counting from the right step.

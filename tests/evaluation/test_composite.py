@@ -1,5 +1,5 @@
-"""Composite from the original AMT_eval files (BENCHMARKS.md §3), written here in the release's layout; expected
-items are spelled out by hand from the documented rules and statistics checked against scipy."""
+"""Composite from the original AMT_eval files (docs/spec/benchmarks.md#composite), written here in the release's layout;
+expected items are spelled out by hand from the documented rules and statistics checked against scipy."""
 
 import hashlib
 import json

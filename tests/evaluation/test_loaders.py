@@ -1,5 +1,5 @@
-"""Each loader on a tiny copy of its ORIGINAL files, with the awkward cases BENCHMARKS.md lists; expected items are
-written out by hand from the official code's rules."""
+"""Each loader on a tiny copy of its ORIGINAL files, with the awkward cases docs/spec/benchmarks.md lists; expected
+items are written out by hand from the official code's rules."""
 
 import pickle
 import random
