@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.docs_images import BENCHMARK_PLOT, write_benchmark_plot
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs"
 CODE_FOLDERS = ("modeling_pacs", "scripts", "space", "benchmarks", "tests", "examples", "metric")
@@ -128,3 +130,20 @@ def test_mkdocs_build_strict(tmp_path):
     for name in ("PACSModel", "PACSConfig", "PolosModel", "PearlModel", "score_videos"):
         assert f'id="modeling_pacs.{name}' in models or f"modeling_pacs.PACSModel.{name}" in models, name
     assert "&gt;&gt;&gt;" in models
+
+
+def test_benchmark_plot_of_the_docs_is_what_the_harness_draws(tmp_path):
+    """`python -m tests.fixtures.docs_images` regenerates the committed picture: a PNG of the same size (bytes may
+    differ with another matplotlib or font), referenced by the benchmarks guide."""
+    pytest.importorskip(
+        "matplotlib", reason="the harness draws plots with matplotlib: pip install 'pacs-pp[benchmarks]'"
+    )
+    import PIL.Image
+
+    produced = write_benchmark_plot(tmp_path)
+    committed = DOCS / "images" / BENCHMARK_PLOT
+    assert produced.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with PIL.Image.open(produced) as new, PIL.Image.open(committed) as old:
+        assert new.size == old.size
+        assert len(set(new.convert("L").getdata())) > 2  # points, axes and labels were drawn
+    assert f"../images/{BENCHMARK_PLOT}" in (DOCS / "guides" / "benchmarks.md").read_text(encoding="utf-8")
