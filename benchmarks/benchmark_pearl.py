@@ -1,7 +1,7 @@
 """Pearl's cost per sample against RefPAC-S++, in one process (random weights: the arithmetic is the real one).
 
-1. Head only, on cached features: the default 103.55 M Pearl head (SPEC-pearl §4) on random features of the default
-   encoders' shapes (CLIP 512, BEiT-3 768, BLIP-2 32x256, Stella 768), reference-free and with 5 references.
+1. Head only, on cached features: the default 103.55 M Pearl head (docs/spec/pearl.md#vss) on random features of the
+   default encoders' shapes (CLIP 512, BEiT-3 768, BLIP-2 32x256, Stella 768), reference-free and with 5 references.
 2. End to end with tiny encoders: images and captions in, scores out, through the tiny PAC-S++ / BLIP-2 / Stella
    encoders (width 32) and a full-size Pearl head; RefPAC-S++ on the same workload with ViT-B/32-sized random weights
    and with the tiny PAC-S++ model. The real encoders (EVA ViT-g, Stella 400M) dominate real end-to-end time and are

@@ -1,5 +1,5 @@
-"""Composite from its original release (BENCHMARKS.md §3): the six AMT_eval MTurk result files of Aditya et al.
-(2015) plus the references of the three source corpora.
+"""Composite from its original release (docs/spec/benchmarks.md#composite): the six AMT_eval MTurk result files of
+Aditya et al. (2015) plus the references of the three source corpora.
 
 No official loader of these files exists (the only official Composite code, DENEB's, reads a pre-built CSV: see
 `rated_csv.py`). The layout below was verified against the three public third-party loaders that read the release:
@@ -19,10 +19,11 @@ No official loader of these files exists (the only official Composite code, DENE
   reads them with `sep=";"`, keeps the `Input.*`/`Answer.*` columns (image URL first) and drops the last two rows
   (`data_in.iloc[0:-2, ...]`).
 
-Protocol (**[paper-derived]**, BENCHMARKS.md §3): one item per rated caption, rating "correctness" (CLIPScore
-issue #7), references = the image's source-corpus references minus exact matches of the candidate (CLIPScore §4.1;
-option: keep them), strings whitespace-normalised as pacscore/clipscore do (§0), NaN or empty ratings skipped and
-logged (the pacscore policy of §1), statistics Kendall tau_b and tau_c (headline tau_c), Spearman and Pearson.
+Protocol (**[paper-derived]**, docs/spec/benchmarks.md#composite): one item per rated caption, rating "correctness"
+(CLIPScore issue #7), references = the image's source-corpus references minus exact matches of the candidate
+(CLIPScore §4.1; option: keep them), strings whitespace-normalised as pacscore/clipscore do
+(docs/spec/benchmarks.md#common), NaN or empty ratings skipped and logged (the pacscore policy,
+docs/spec/benchmarks.md#flickr8k-expert), statistics Kendall tau_b and tau_c (headline tau_c), Spearman and Pearson.
 """
 
 import csv
@@ -67,7 +68,8 @@ COCO_LAYOUT = (
     "captions_val2014.json: COCO captions JSON with 'images' (id, file_name) and 'annotations' (image_id, caption)"
 )
 # CLIPScore §4.1 / SPICE: 11,985 judgements = 3,995 images x 3; the 30k and COCO files rate 4 captions per image,
-# and which caption the papers left out is not documented anywhere found (BENCHMARKS.md §3, §12).
+# and which caption the papers left out is not documented anywhere found (docs/spec/benchmarks.md#composite,
+# docs/spec/benchmarks.md#open-questions).
 PAPER_JUDGEMENTS = 11985
 IMAGE_NAME = re.compile(r"\.(jpe?g|png)$", re.IGNORECASE)
 

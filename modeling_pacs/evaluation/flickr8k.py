@@ -1,4 +1,5 @@
-"""Flickr8k-Expert and Flickr8k-CF (BENCHMARKS.md §1-§2): clipscore's JSON files, or the raw Hodosh text files.
+"""Flickr8k-Expert and Flickr8k-CF (docs/spec/benchmarks.md#flickr8k-expert, docs/spec/benchmarks.md#flickr8k-cf):
+clipscore's JSON files, or the raw Hodosh text files.
 
 The raw files are turned into the same structure clipscore's `flickr8k_example/download.py` writes, with its
 exclusions: Expert drops pairs whose candidate is one of the image's references; CF removes every judged candidate

@@ -1,4 +1,5 @@
-"""FOIL (BENCHMARKS.md §5): `foilv1.0_test_2017.json` + COCO `captions_val2014.json` (+ `dataset_coco.json`).
+"""FOIL (docs/spec/benchmarks.md#foil): `foilv1.0_test_2017.json` + COCO `captions_val2014.json` (+
+`dataset_coco.json`).
 
 Pairs, by `pairs=`:
 - "all" (official Polos `compute_foil.py`): every (foil, original) pair, groups in first-appearance order;

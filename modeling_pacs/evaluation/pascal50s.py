@@ -1,4 +1,5 @@
-"""Pascal-50S (BENCHMARKS.md §4): `pyCIDErConsensus/pair_pascal.mat` + `consensus_pascal.mat`, VOC2010 images.
+"""Pascal-50S (docs/spec/benchmarks.md#pascal50s): `pyCIDErConsensus/pair_pascal.mat` + `consensus_pascal.mat`, VOC2010
+images.
 
 Labels exactly as Polos `validate/pascal50s.py` (votes by winning caption string, seed 42, one draw per pair). Each
 pair gives two items (caption A and caption B). References: all 48 (official code, default) or `num_draws` draws of

@@ -1,4 +1,4 @@
-"""Composite, Polaris and Nebula (BENCHMARKS.md §3, §8, §9): the CSV files the official Polos/DENEB code reads.
+"""Composite, Polaris and Nebula (docs/spec/benchmarks.md): the CSV files the official Polos/DENEB code reads.
 
 Items are the CSV rows in order, references exactly as listed, no normalisation (`validate/dataset.py`). Statistics:
 Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official code rounds the raw tau_c to 4 decimals:
@@ -66,7 +66,8 @@ def load_rated_csv(
 
 
 def load_composite(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
-    """The original AMT_eval files when present (BENCHMARKS.md §3), else DENEB's CSV, else a Hugging Face copy."""
+    """The original AMT_eval files when present (docs/spec/benchmarks.md#composite), else DENEB's CSV, else a Hugging
+    Face copy."""
     if composite.has_amt_files(data_dir):
         others = [name for name in RATED_CSV_BENCHMARKS["composite"][1] if (data_dir / name).is_file()]
         if others:

@@ -124,7 +124,8 @@ def score_image_items(
 
 
 def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
-    """Video benchmarks through `PACSModel.score_videos` (SPEC §2): `score` is Eq. 13, `ref_score` Eq. 14."""
+    """Video benchmarks through `PACSModel.score_videos` (docs/spec/pacs.md#video): `score` is Eq. 13, `ref_score` Eq.
+    14."""
     check_positive_int(batch_size, "batch_size")
     missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
     if missing:

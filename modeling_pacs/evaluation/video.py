@@ -1,4 +1,5 @@
-"""VATEX-EVAL and ActivityNet-FOIL (BENCHMARKS.md §6-§7): EMScore's release files plus the raw videos.
+"""VATEX-EVAL and ActivityNet-FOIL (docs/spec/benchmarks.md#vatex-eval, docs/spec/benchmarks.md#activitynet-foil):
+EMScore's release files plus the raw videos.
 
 The pickles are NumPy arrays: they are read with an unpickler that only rebuilds NumPy arrays, never arbitrary
 objects. Scoring needs `PACSModel.score_videos` (see `scoring.score_video_items`); `--scores` needs only these files.

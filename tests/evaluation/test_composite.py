@@ -1,5 +1,5 @@
-"""Composite from the original AMT_eval files (BENCHMARKS.md §3), written here in the release's layout; expected
-items are spelled out by hand from the documented rules and statistics checked against scipy."""
+"""Composite from the original AMT_eval files (docs/spec/benchmarks.md#composite), written here in the release's layout;
+expected items are spelled out by hand from the documented rules and statistics checked against scipy."""
 
 import hashlib
 import json
@@ -199,7 +199,7 @@ def test_keep_candidate_option_and_contradicting_options(amt_dir):
         )
 
 
-DOCS = r"\(see README, section 'Benchmark data layouts', 'Composite'\)"
+DOCS = r"\(see docs/guides/benchmarks.md, section 'Benchmark data layouts', 'Composite'\)"
 
 
 def test_missing_and_malformed_amt_files_name_the_file_layout_and_docs(tmp_path):
