@@ -2,7 +2,7 @@
 
 Reads the user's local copy of the ORIGINAL benchmark files (nothing downloads), scores them with one or more models
 (--model) or takes any metric's per-item scores (--scores), applies the official protocol (or the papers' variant,
-see the options) and prints each table beside the papers' numbers. File layouts: README, 'Benchmark data layouts'.
+see the options) and prints each table beside the papers' numbers. File layouts: docs/guides/benchmark-releases.md.
 """
 
 import argparse
