@@ -21,7 +21,7 @@ from .benchmark import (
 )
 from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import kendall_tau
-from .releases import find, locate
+from .releases import find, locate, release_file
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -172,7 +172,10 @@ def load_flickr8k(data_dir: Path, crowdflower: bool) -> Benchmark:
     raw_path = find(data_dir, name, "annotations")
     if not json_path.is_file() and raw_path is None and find_hf_copy(data_dir) is not None:
         return items_from_hf(name, data_dir, crowdflower)
-    if json_path.is_file() or raw_path is None:
+    if not json_path.is_file() and raw_path is None:
+        tried = ", ".join(str(data_dir / relative) for relative in release_file(name, "annotations").paths)
+        raise data_error(json_path, f"file not found, nor the raw {raw_name} (looked for {tried})", layout, benchmark)
+    if json_path.is_file():
         index = read_json(json_path, layout, benchmark)
         if not isinstance(index, dict):
             raise data_error(json_path, "the top level is not an object keyed by image id", layout, benchmark)
