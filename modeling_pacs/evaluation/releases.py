@@ -207,3 +207,16 @@ def missing(data_dir: Path, benchmark: str, role: str, layout: str, title: str):
 def folder_or_first(data_dir: Path, benchmark: str, role: str) -> Path:
     """An image folder: the first that exists, else the release layout's (errors on the image name it)."""
     return find(data_dir, benchmark, role) or data_dir / release_file(benchmark, role).paths[0]
+
+
+def markdown_table(titles: dict[str, str]) -> str:
+    """The table as docs/guides/benchmark-releases.md lists it, benchmarks named by `titles` (as in
+    `evaluation.BENCHMARKS`); a test keeps the page in step with `RELEASES`."""
+    lines = ["| benchmark | file | release layout | also read from | comes from |", "|---|---|---|---|---|"]
+    for name, entries in RELEASES.items():
+        for entry in entries:
+            place = f"`{entry.paths[0]}{'/' if entry.folder else ''}`"
+            others = ", ".join(f"`{path}{'/' if entry.folder else ''}`" for path in entry.paths[1:]) or "–"
+            source = entry.source.replace("<", "&lt;").replace(">", "&gt;")
+            lines.append(f"| {titles[name]} | {entry.role} | {place} | {others} | {source} |")
+    return "\n".join(lines) + "\n"

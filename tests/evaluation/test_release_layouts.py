@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkDataError, load_benchmark
-from modeling_pacs.evaluation.releases import RELEASES
+from modeling_pacs.evaluation.releases import RELEASES, markdown_table
 from tests.evaluation.test_composite import write_amt
 from tests.fixtures.benchmark_files import (
     write_activitynet_foil,
@@ -156,3 +156,11 @@ def test_foil_reads_cocos_annotations_folder(tmp_path):
         "A puppy indoors.",
         "A pet on furniture.",
     ]
+
+
+def test_the_docs_page_lists_the_table():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "benchmark-releases.md").read_text()
+    listed = page.split("<!-- release-table:start -->\n")[1].split("<!-- release-table:end -->")[0]
+    assert listed == markdown_table({name: title for name, (title, _) in BENCHMARKS.items()}), (
+        "regenerate the table with modeling_pacs.evaluation.releases.markdown_table()"
+    )
