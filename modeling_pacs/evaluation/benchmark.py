@@ -18,7 +18,10 @@ from typing import Any
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
-DOCS = "docs/guides/benchmarks.md, section 'Benchmark data layouts'"
+DOCS = "docs/guides/benchmark-releases.md"
+
+
+RATED_CSV_LAYOUT = "a CSV with columns mt, refs (a Python list literal), score, imgid"
 
 
 class BenchmarkDataError(ValueError):
@@ -101,7 +104,7 @@ def read_tab_lines(path: Path, num_fields: int, layout: str, benchmark: str) -> 
 
 def read_rated_csv(path: Path, benchmark: str) -> list[dict]:
     """The Polos/DENEB CSV (`mt, refs, score, imgid`; `refs` a Python list literal), rows in file order."""
-    layout = "a CSV with columns mt, refs (a Python list literal), score, imgid"
+    layout = RATED_CSV_LAYOUT
     require_file(path, layout, benchmark)
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
