@@ -32,6 +32,7 @@ from gradio_client.exceptions import AppError
 from playwright.sync_api import expect, sync_playwright
 
 from modeling_pacs.loading import load_model
+from modeling_pacs.models.inputs import load_image
 from modeling_pacs.testing.pacs import make_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -678,9 +679,10 @@ def test_uploaded_image_decodes_as_the_engine_decodes_a_path(app, tmp_path):
     values = (np.arange(12 * 10, dtype=np.uint16).reshape(10, 12) * 500).astype(np.uint16)
     PIL.Image.fromarray(values).save(upload)
     decoded = app.check_image({"path": str(upload)})
-    expected = np.clip(np.round(values / 257.0), 0, 255).astype(np.uint8)  # 16-bit rescaled, not clipped
+    expected = (values // 256).astype(np.uint8)  # 16-bit rescaled (the high byte), not clipped
     assert decoded.mode == "RGB" and decoded.size == (12, 10)
     np.testing.assert_array_equal(np.asarray(decoded), np.repeat(expected[..., None], 3, axis=2))
+    np.testing.assert_array_equal(np.asarray(decoded), np.asarray(load_image(upload)))
 
 
 @pytest.mark.parametrize(
