@@ -43,8 +43,9 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): candidate captions, one per image.
     images (`list`): one image per prediction: file paths (fastest: stored as strings), PIL images, numpy arrays
-        (HxWxC uint8, or float in [0, 1]), raw bytes, or `datasets.Image(decode=False)` dicts. Repeated images are
-        encoded once.
+        (HxWxC) or torch tensors (CxHxW) of uint8, uint16 or floats in [0, 1], raw bytes, or
+        `datasets.Image(decode=False)` dicts; the full rules are in docs/concepts/image-inputs.md. Repeated images
+        are encoded once.
     references (`list` of `list` of `str`, *optional*): reference captions, one non-empty list per prediction.
         Required by the reference-based configs (`refpac_s_pp`, `refpac_s`, `refclip_s`, ...).
 Returns:
