@@ -42,7 +42,7 @@ TORCH_DTYPES = sorted(
 )
 LAYOUTS = ("HWC", "CHW", "HW", "batch1", "batch2", "empty")
 SPECIALS = {"in-range": None, "NaN": np.nan, "+inf": np.inf, "-inf": -np.inf, "-1": -1, "256": 256, "65535": 65535}
-SPECIALS["1.5"] = 1.5
+SPECIALS["1.5"] = 1.5  # a float above 1
 CAPTION = "a photo of a thing"
 
 
