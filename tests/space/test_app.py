@@ -685,6 +685,23 @@ def test_uploaded_image_decodes_as_the_engine_decodes_a_path(app, tmp_path):
     np.testing.assert_array_equal(np.asarray(decoded), np.asarray(load_image(upload)))
 
 
+def test_uploads_the_image_rules_refuse_are_refused_with_the_rules_message(app, tmp_path):
+    """A float TIFF outside [0, 1] and a 32-bit TIFF beyond 16 bits: the engine's `ImageInputError`, as a gr.Error
+    that names the upload (never the server's path)."""
+    uploads = tmp_path / "uploads"
+    cases = {
+        "float.tif": (np.full((10, 12), 200.0, np.float32), r"with values from 200 to 200: float32 images must lie"),
+        "deep.tif": (np.full((10, 12), 70000, np.int32), r"16-bit images must lie within 0-65535"),
+    }
+    for name, (values, message) in cases.items():
+        PIL.Image.fromarray(values).save(uploads / name)
+        with pytest.raises(app.gr.Error) as raised:
+            app.check_image({"path": str(uploads / name), "orig_name": name})
+        expected = rf"the image '{re.escape(name)}' is a PIL image, mode [IF], 12x10 .*{message}"
+        assert re.match(expected, raised.value.message), raised.value.message
+        assert raised.value.title == "Image refused" and str(uploads) not in raised.value.message
+
+
 @pytest.mark.parametrize(
     "host, space_id, public",
     [
