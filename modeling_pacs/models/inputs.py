@@ -125,8 +125,8 @@ def prepare_caption(caption: str, prompt_prefix: str) -> str:
 # ----------------------------------------------------------------------------------------------------- images
 # The one validator of image inputs is `load_image`: every container (path, bytes, PIL image, NumPy array, torch
 # tensor, `datasets.Image` dict) is decoded to 8-bit RGB by the rules below, or refused with an `ImageInputError`
-# naming the item, what it is and what to pass instead. docs/concepts/image-inputs.md is `IMAGE_INPUT_TABLE`,
-# rendered (tests/models/test_image_inputs.py keeps the page, the table and the behaviour in step).
+# naming the item, what it is and what to pass instead. docs/concepts/image-inputs.md shows `image_input_table()`
+# (tests/models/test_image_inputs.py keeps the page, the table and the behaviour in step).
 @dataclass(frozen=True)
 class PixelRule:
     """How arrays and tensors of some dtypes become 8-bit pixels: accepted when every value is finite and lies in
@@ -236,6 +236,7 @@ def describe_image(image: Any) -> str:
 
 
 def is_url(text: str) -> bool:
+    """Whether a path string names a remote file (`URL_SCHEMES`), which is refused rather than downloaded."""
     return text.strip().lower().startswith(URL_SCHEMES)
 
 
