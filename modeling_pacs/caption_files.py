@@ -10,13 +10,14 @@ import json
 import os
 from pathlib import Path
 
+from .models.inputs import is_url
 from .output_paths import strict_json
 
 
 # ---------------------------------------------------------------------------------------------------- reading
 def resolve_image(image, image_root: Path):
     """Relative paths (and `~`) are resolved against `image_root`; other image values go to the engine as they are."""
-    if isinstance(image, str):
+    if isinstance(image, str) and not is_url(image):  # a URL stays one: the engine refuses it by name
         path = Path(os.path.expanduser(image))
         return str(path if path.is_absolute() else image_root / path)
     if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):

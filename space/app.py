@@ -40,7 +40,7 @@ from gradio.utils import get_upload_folder
 
 from modeling_pacs import PACSModel
 from modeling_pacs.loading import load_model
-from modeling_pacs.models.inputs import to_rgb
+from modeling_pacs.models.inputs import ImageInputError, load_image
 from modeling_pacs.variants import SPACE_CHOICES, tiny_alias
 
 logger = logging.getLogger("pacs_space")
@@ -349,7 +349,9 @@ def check_image(image: object) -> PIL.Image.Image:
             )
         try:
             opened.load()
-            return to_rgb(opened)  # as `modeling_pacs.models.inputs.load_image` decodes a path
+            return load_image(opened, name=f"the image '{shown(name)}'")  # the engine's one image validator
+        except ImageInputError as error:  # a mode or values the image rules refuse
+            raise gr.Error(str(error), title="Image refused") from error
         except (OSError, ValueError, SyntaxError) as error:  # truncated or corrupt data behind a valid header
             raise not_an_image from error
 

@@ -15,7 +15,7 @@ import torch
 
 from modeling_pacs.loading import load_model
 from modeling_pacs.metric_module.video import check_video_batch, compute_video_results
-from modeling_pacs.models.inputs import check_captions, check_references, describe_image
+from modeling_pacs.models.inputs import check_captions, check_references, describe_image, image_source
 from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.pacs.model_card import CITATION
 from modeling_pacs.variants import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
@@ -43,8 +43,9 @@ _KWARGS_DESCRIPTION = """
 Args:
     predictions (`list` of `str`): candidate captions, one per image.
     images (`list`): one image per prediction: file paths (fastest: stored as strings), PIL images, numpy arrays
-        (HxWxC uint8, or float in [0, 1]), raw bytes, or `datasets.Image(decode=False)` dicts. Repeated images are
-        encoded once.
+        (HxWxC) or torch tensors (CxHxW) of uint8, uint16 or floats in [0, 1], raw bytes, or
+        `datasets.Image(decode=False)` dicts; the full rules are in docs/concepts/image-inputs.md. Repeated images
+        are encoded once.
     references (`list` of `list` of `str`, *optional*): reference captions, one non-empty list per prediction.
         Required by the reference-based configs (`refpac_s_pp`, `refpac_s`, `refclip_s`, ...).
 Returns:
@@ -208,8 +209,8 @@ class PACSPlusPlus(evaluate.Metric):
         stored = []
         for offset, image in enumerate(images):
             index = start + offset
-            if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
-                image = image["path"]
+            if isinstance(image, dict) and self.input_kind != "videos":
+                image = image_source(image, f"image {index}")  # its bytes or its path; refused without either
             if isinstance(image, (str, os.PathLike)):
                 path = os.fspath(image)
                 if not os.path.isfile(path) and not (self.input_kind == "videos" and os.path.isdir(path)):

@@ -30,6 +30,8 @@ import numpy as np
 import PIL.Image
 import torch
 
+from .inputs import image_source, tensor_to_numpy
+
 TEXT = "text"
 IMAGE = "image"
 
@@ -56,23 +58,25 @@ def model_fingerprint(model: torch.nn.Module) -> str:
 
 
 def image_content_key(image: Any) -> str | None:
-    """A hash of an image's content, or `None` when it cannot be read (the encoder then reports the error)."""
+    """A hash of an image's content, or `None` when it cannot be read (the encoder then reports the error by the
+    rules of `inputs.load_image`: a dict without an image, a closed PIL image, a tensor NumPy cannot hold...)."""
     digest = hashlib.blake2b(digest_size=16)
-    if isinstance(image, dict):
-        image = image["bytes"] if image.get("bytes") is not None else image.get("path")
-    if isinstance(image, (str, os.PathLike)):
-        try:
+    try:
+        image = image_source(image, "image")
+        if isinstance(image, (str, os.PathLike)):
             digest.update(b"bytes:" + Path(image).read_bytes())
-        except OSError:
+        elif isinstance(image, (bytes, bytearray, memoryview)):
+            digest.update(b"bytes:" + bytes(image))
+        elif isinstance(image, PIL.Image.Image):
+            digest.update(f"pil:{image.mode}:{image.size};".encode() + image.tobytes())
+        elif isinstance(image, (np.ndarray, torch.Tensor)):
+            array = tensor_to_numpy(image, "image") if isinstance(image, torch.Tensor) else image
+            if isinstance(image, torch.Tensor):
+                digest.update(b"tensor;")  # a tensor is CxHxW, an array HxWxC: equal bytes are different images
+            digest.update(f"array:{array.shape}:{array.dtype};".encode() + np.ascontiguousarray(array).tobytes())
+        else:
             return None
-    elif isinstance(image, (bytes, bytearray, memoryview)):
-        digest.update(b"bytes:" + bytes(image))
-    elif isinstance(image, PIL.Image.Image):
-        digest.update(f"pil:{image.mode}:{image.size};".encode() + image.tobytes())
-    elif isinstance(image, (np.ndarray, torch.Tensor)):
-        array = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else image
-        digest.update(f"array:{array.shape}:{array.dtype};".encode() + np.ascontiguousarray(array).tobytes())
-    else:
+    except (OSError, ValueError, TypeError):  # ImageInputError is a ValueError
         return None
     return digest.hexdigest()
 
@@ -177,10 +181,8 @@ class EmbeddingCache:
                 if key is not None:
                     first_missing[key] = position
                 missing.append(position)
-        with self._lock:
-            self.hits += len(found)
-            self.misses += len(missing)
-        if missing:
+        hits, misses = len(found), len(missing)
+        if missing:  # an input the model refuses raises here, before anything is stored or counted
             with self._encoding_misses():
                 encoded = encode_missing(missing)
             for row, position in enumerate(missing):
@@ -189,6 +191,9 @@ class EmbeddingCache:
                     self._put((fingerprint, kind, keys[position]), found[position])
         for position, source in duplicates.items():
             found[position] = found[source]
+        with self._lock:
+            self.hits += hits
+            self.misses += misses
         if not items:
             return torch.zeros(0, model.config.backbone_config.projection_dim)
         return torch.stack([found[position] for position in range(len(items))])

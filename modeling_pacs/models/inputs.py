@@ -14,6 +14,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
@@ -122,6 +123,101 @@ def prepare_caption(caption: str, prompt_prefix: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- images
+# The one validator of image inputs is `load_image`: every container (path, bytes, PIL image, NumPy array, torch
+# tensor, `datasets.Image` dict) is decoded to 8-bit RGB by the rules below, or refused with an `ImageInputError`
+# naming the item, what it is and what to pass instead. docs/concepts/image-inputs.md shows `image_input_table()`
+# (tests/models/test_image_inputs.py keeps the page, the table and the behaviour in step).
+@dataclass(frozen=True)
+class PixelRule:
+    """How arrays and tensors of some dtypes become 8-bit pixels: accepted when every value is finite and lies in
+    `[low, high]`, then mapped by `to_uint8`; `values` and `scaling` say the same in words for the docs table."""
+
+    dtypes: tuple[str, ...]
+    low: float
+    high: float
+    values: str
+    scaling: str
+    to_uint8: Callable[[np.ndarray], np.ndarray]
+    fix: str = ""  # what to do with values outside the range, for the error message
+
+
+PIXEL_RULES = (
+    PixelRule(("uint8",), 0, 255, values="0-255", scaling="used as is", to_uint8=lambda array: array),
+    # Pillow decodes 16-bit RGB(A)/LA PNG files to their high byte; 16-bit grayscale (mode I;16) gets the same here.
+    PixelRule(
+        ("uint16",), 0, 65535, values="0-65535", scaling="high byte kept (v >> 8), as 16-bit PNG files are decoded",
+        to_uint8=lambda array: (array >> 8).astype(np.uint8),
+    ),
+    PixelRule(
+        ("int8", "int16", "int32", "int64", "uint32", "uint64"), 0, 255, values="0-255", scaling="used as is",
+        to_uint8=lambda array: array.astype(np.uint8),
+        fix="convert to uint8 (values 0-255), or pass uint16 for 16-bit data",
+    ),
+    PixelRule(
+        ("float16", "bfloat16", "float32", "float64"), 0.0, 1.0, values="[0, 1]",
+        scaling="round(v * 255), half to even",
+        to_uint8=lambda array: np.round(array.astype(np.float64) * 255).astype(np.uint8),
+        fix="divide 0-255 values by 255 (or pass uint8), and clip or rescale other ranges",
+    ),
+)  # fmt: skip
+PIXEL_RULE_OF_DTYPE = {dtype: rule for rule in PIXEL_RULES for dtype in rule.dtypes}
+ACCEPTED_DTYPES = tuple(PIXEL_RULE_OF_DTYPE)
+CHANNELS = (1, 3, 4)  # grayscale, RGB, RGBA (alpha dropped, or composited onto white for SigLIP)
+# Each container's convention (NumPy and PIL: channels last; torch and torchvision: channels first). A shape that
+# the convention does not explain is refused, naming both readings, never guessed.
+ARRAY_LAYOUTS = {
+    "NumPy array": ("HxW", "HxWxC", "1xHxWxC"),
+    "torch tensor": ("HxW", "CxHxW", "1xCxHxW"),
+}
+REFUSED_LAYOUTS = (
+    ("{other}, the other container's layout", "refused, naming both readings and the conversion"),
+    ("a batch Nx... with N > 1", "refused: pass one image per caption, as a list"),
+    ("a dimension of 0", "refused: an empty image"),
+    ("C not in 1, 3, 4, or another number of dimensions", "refused"),
+)
+# (container, dtype or mode, values, layout, what happens) beyond arrays and tensors.
+OTHER_IMAGE_RULES = (
+    ("PIL image", "modes 1, L, P, LA, RGB, RGBA, CMYK, YCbCr, ...", "any", "-", "converted to RGB by Pillow"),
+    ("PIL image", "modes I;16, I;16B, I;16L", "0-65535", "-", "the uint16 rule (v >> 8)"),
+    ("PIL image", "mode I decoded from a file", "0-65535", "-", "the uint16 rule (v >> 8)"),
+    ("PIL image", "mode I made in memory", "0-255", "-", "the int32 rule (used as is)"),
+    ("PIL image", "mode F", "[0, 1]", "-", "the float32 rule (round(v * 255))"),
+    ("PIL image", "modes I, F", "outside the mode's range, NaN, +-inf", "-", "refused"),
+    ("PIL image", "closed, unreadable, or 0 pixels", "-", "-", "refused"),
+    ("path, bytes", "an image file Pillow reads", "-", "-", "decoded by Pillow, then the PIL image rules"),
+    ("path", "a URL (http://, s3://, hf://, ...)", "-", "-", "refused: nothing is downloaded"),
+    ("path", "a missing file", "-", "-", "FileNotFoundError"),
+    ("datasets.Image dict", "{'bytes': b, ...}", "-", "-", "b, by the bytes rule"),
+    ("datasets.Image dict", "{'bytes': None, 'path': p}", "-", "-", "p, by the path rule"),
+    ("datasets.Image dict", "no usable bytes or path, or a URL", "-", "-", "refused"),
+)
+# `datasets.Image` dicts and path strings that name a remote file are refused: nothing is downloaded.
+URL_SCHEMES = ("http://", "https://", "ftp://", "s3://", "gs://", "hf://", "az://", "abfs://")
+WHAT_TO_PASS = "pass uint8 values in 0-255 or floats in [0, 1]"
+
+
+def image_input_table() -> list[tuple[str, str, str, str, str]]:
+    """The rules of `load_image` as rows (container, dtype, values, layout, what happens): docs/concepts/image-inputs.md
+    shows exactly these rows."""
+    rows = []
+    for container, layouts in ARRAY_LAYOUTS.items():
+        accepted = ", ".join(layouts)
+        other = next(other[1] for name, other in ARRAY_LAYOUTS.items() if name != container)
+        for rule in PIXEL_RULES:
+            rows.append((container, ", ".join(rule.dtypes), rule.values, accepted, rule.scaling))
+        rows.append((container, "any of the above", "outside its range, NaN, +-inf", "any", "refused"))
+        rows.append((container, "bool, complex, object, float128, float8, any other", "any", "any", "refused"))
+        rows.extend(
+            (container, "any", "any", layout.format(other=other), outcome) for layout, outcome in REFUSED_LAYOUTS
+        )
+    rows.extend(OTHER_IMAGE_RULES)
+    return rows
+
+
+class ImageInputError(ValueError):
+    """An image input that the rules of `load_image` refuse; the message names the item, what it is and the fix."""
+
+
 def describe_image(image: Any) -> str:
     """A short description of an image input for error messages."""
     if isinstance(image, (str, os.PathLike)):
@@ -129,56 +225,210 @@ def describe_image(image: Any) -> str:
     if isinstance(image, (bytes, bytearray, memoryview)):
         return f"{len(image)} bytes"
     if isinstance(image, dict):
-        return f"dict with keys {sorted(image)}"
-    shape = getattr(image, "shape", None) or getattr(image, "size", None)
-    return f"{type(image).__name__} {tuple(shape) if shape is not None else ''}".strip()
+        return f"dict with keys {sorted(map(str, image))}"
+    if isinstance(image, PIL.Image.Image):
+        return f"a PIL image, mode {image.mode}, {image.size[0]}x{image.size[1]}"
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        container = "torch tensor" if isinstance(image, torch.Tensor) else "NumPy array"
+        dtype = dtype_name(image)
+        return f"{'an' if dtype[0] in 'io' else 'a'} {dtype} {container} of shape {tuple(image.shape)}"
+    return type(image).__name__
+
+
+def is_url(text: str) -> bool:
+    """Whether a path string names a remote file (`URL_SCHEMES`), which is refused rather than downloaded."""
+    return text.strip().lower().startswith(URL_SCHEMES)
+
+
+def image_source(image: Any, name: str) -> Any:
+    """What an image input refers to: a `datasets.Image` dict becomes its bytes or its path, a path stays a path.
+
+    Refused with an `ImageInputError`: a dict with neither usable bytes nor a path, a dict or path naming a URL
+    (nothing is downloaded).
+    """
+    if isinstance(image, dict):
+        unknown = sorted(map(str, set(image) - {"bytes", "path"}))
+        data, path = image.get("bytes"), image.get("path")
+        if unknown and data is None and path is None:
+            raise ImageInputError(
+                f"{name} is a dict with keys {sorted(map(str, image))}: an image dict is a datasets.Image value "
+                "{'bytes': ..., 'path': ...}; pass the image itself (a path, bytes, a PIL image or an array)"
+            )
+        if data is not None:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise ImageInputError(
+                    f"{name} is a datasets.Image dict whose 'bytes' is {type(data).__name__}, not bytes: store the "
+                    "encoded file (PNG, JPEG, ...) there, or pass the image itself"
+                )
+            return data
+        if not isinstance(path, (str, os.PathLike)) or not os.fspath(path).strip():
+            raise ImageInputError(
+                f"{name} is a datasets.Image dict with no bytes and no path ({describe_image(image)}, bytes=None, "
+                f"path={path!r}): the dataset row holds no image; drop the row or store the image's bytes or path"
+            )
+        image = path
+    if isinstance(image, (str, os.PathLike)) and is_url(os.fspath(image)):
+        raise ImageInputError(
+            f"{name} ('{os.fspath(image)}') is a URL: images are never downloaded; download the file and pass its "
+            "local path (or its bytes)"
+        )
+    return image
 
 
 def image_key(image: Any) -> Any:
-    """A key under which identical images collide, so each distinct image is encoded once per call."""
+    """A key under which identical images collide, so each distinct image is encoded once per call. Never raises:
+    an input that cannot be keyed gets a key of its own, and `load_image` reports what is wrong with it."""
+    try:
+        image = image_source(image, "image")
+    except ImageInputError:
+        return ("object", id(image))
     if isinstance(image, (str, os.PathLike)):
         return ("path", os.path.abspath(os.fspath(image)))
-    if isinstance(image, dict) and image.get("bytes") is None and image.get("path"):
-        return ("path", os.path.abspath(image["path"]))
-    if isinstance(image, dict):
-        return ("bytes", hashlib.blake2b(bytes(image["bytes"]), digest_size=16).digest())
     if isinstance(image, (bytes, bytearray, memoryview)):
         return ("bytes", hashlib.blake2b(bytes(image), digest_size=16).digest())
     if isinstance(image, PIL.Image.Image):
         return ("pil", id(image))
-    if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
-    if isinstance(image, np.ndarray):
-        digest = hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).digest()
-        return ("array", image.shape, str(image.dtype), digest)
+    if isinstance(image, (np.ndarray, torch.Tensor)):
+        try:
+            array = tensor_to_numpy(image, "image") if isinstance(image, torch.Tensor) else image
+            digest = hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16).digest()
+        except (ImageInputError, TypeError, ValueError, RuntimeError):
+            return ("object", id(image))
+        # A tensor is CxHxW and an array HxWxC: the same bytes and shape are different images.
+        container = "tensor" if isinstance(image, torch.Tensor) else "array"
+        return (container, array.shape, str(array.dtype), digest)
     return ("object", id(image))
 
 
-def to_rgb(image: PIL.Image.Image) -> PIL.Image.Image:
-    """Convert any PIL mode to 8-bit RGB; 16/32-bit integer images are rescaled rather than clipped."""
-    if image.mode == "RGB":
-        return image
-    if image.mode.startswith("I"):
-        values = np.asarray(image).astype(np.float64)
-        image = PIL.Image.fromarray(np.clip(np.round(values / 257.0), 0, 255).astype(np.uint8))
-    elif image.mode == "F":
-        image = PIL.Image.fromarray(np.clip(np.round(np.asarray(image)), 0, 255).astype(np.uint8))
-    return image.convert("RGB")
+def dtype_name(image: Any) -> str:
+    """`uint16`, `bfloat16`, `complex64`...: the same name for a NumPy array and a torch tensor of one dtype."""
+    return str(image.dtype).removeprefix("torch.") if isinstance(image, torch.Tensor) else image.dtype.name
 
 
-def array_to_pil(array: np.ndarray, index: int) -> PIL.Image.Image:
-    """HWC or HW array (uint8 0-255, or float 0-1) -> PIL image; CHW tensors of 1 or 3 channels are transposed."""
-    if array.ndim == 3 and array.shape[0] in (1, 3) and array.shape[-1] not in (1, 3, 4):
-        array = array.transpose(1, 2, 0)
+def refuse_dtype(name: str, description: str, dtype: str):
+    raise ImageInputError(
+        f"{name} is {description}: dtype {dtype} is not an image dtype (accepted: {', '.join(ACCEPTED_DTYPES)}); "
+        f"{WHAT_TO_PASS}"
+    )
+
+
+def tensor_to_numpy(tensor: torch.Tensor, name: str) -> np.ndarray:
+    """A torch tensor's values as a NumPy array (bfloat16 widened to float32, exactly). A dtype the rules refuse,
+    or a tensor without readable values, is an `ImageInputError` naming the item."""
+    tensor = tensor.detach()
+    if dtype_name(tensor) not in PIXEL_RULE_OF_DTYPE:
+        refuse_dtype(name, describe_image(tensor), dtype_name(tensor))
+    if tensor.is_sparse or tensor.is_quantized or tensor.device.type == "meta":
+        raise ImageInputError(
+            f"{name} is {describe_image(tensor)} ({tensor.layout}, on {tensor.device}): pass a dense tensor with "
+            f"values; {WHAT_TO_PASS}"
+        )
+    tensor = tensor.cpu()
+    if tensor.dtype == torch.bfloat16:
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
+def to_hwc(array: np.ndarray, name: str, description: str, channels_first: bool) -> np.ndarray:
+    """HxW or HxWxC with C in `CHANNELS`, by the container's convention (`ARRAY_LAYOUTS`: NumPy HxWxC, torch
+    CxHxW); a leading batch dimension of 1 is dropped. A shape the convention does not explain is refused naming
+    both readings, never guessed."""
+    convention, other, fix = (
+        ("CxHxW (torch's layout)", "HxWxC", "tensor.permute(2, 0, 1)")
+        if channels_first
+        else ("HxWxC (NumPy's and PIL's layout)", "CxHxW", "array.transpose(1, 2, 0)")
+    )
+    if array.ndim == 4:
+        if array.shape[0] != 1:
+            raise ImageInputError(
+                f"{name} is {description}: a batch of {array.shape[0]} images where one image is expected; pass "
+                "them as a list, one image per caption (a batch of one is accepted)"
+            )
+        array = array[0]
+    if 0 in array.shape:
+        raise ImageInputError(f"{name} is {description}: an empty image (a dimension of 0); drop it or fix its source")
+    if array.ndim == 2:
+        return array
+    if array.ndim != 3:
+        raise ImageInputError(
+            f"{name} is {description}: expected HxW (grayscale) or {convention} with C in {CHANNELS}, optionally "
+            "with a leading batch dimension of 1"
+        )
+    channel_axis, other_axis = (0, 2) if channels_first else (2, 0)
+    if array.shape[channel_axis] not in CHANNELS:
+        height, width = array.shape[1:] if channels_first else array.shape[:2]
+        reading = f"read as {convention} it has {array.shape[channel_axis]} channels of {height}x{width} pixels"
+        if array.shape[other_axis] in CHANNELS:
+            reading += (
+                f"; read as {other} it would be a {array.shape[other_axis]}-channel image, but {other} is not this "
+                f"container's layout: convert it with {fix}"
+            )
+        raise ImageInputError(f"{name} is {description}: {reading}. Expected C in {CHANNELS}")
+    return array.transpose(1, 2, 0) if channels_first else array
+
+
+def pixels_to_uint8(array: np.ndarray, name: str, description: str) -> np.ndarray:
+    """Values -> uint8 by `PIXEL_RULES`: other dtypes, non-finite values and values outside the dtype's range are
+    refused with an `ImageInputError` naming the item, its dtype and the fix. The whole array is checked."""
+    rule = PIXEL_RULE_OF_DTYPE.get(array.dtype.name)  # "uint16" for either byte order
+    if rule is None:
+        refuse_dtype(name, description, array.dtype.name)
+    if array.size == 0:
+        return rule.to_uint8(array)
+    if array.dtype.kind == "f":
+        finite = np.isfinite(array)
+        if not finite.all():  # NaN compares False with everything: `min() < 0` would let it through
+            bad = array[~finite]
+            kinds = sorted({"NaN" if np.isnan(value) else "+inf" if value > 0 else "-inf" for value in bad[:1000]})
+            raise ImageInputError(
+                f"{name} is {description} holding {bad.size} non-finite value(s) ({', '.join(kinds)}): NaN and "
+                "infinity are not pixels; replace them (e.g. np.nan_to_num) or drop the image"
+            )
+    low, high = array.min(), array.max()
+    if low < rule.low or high > rule.high:
+        found = f"{float(low):.6g} to {float(high):.6g}" if array.dtype.kind == "f" else f"{int(low)} to {int(high)}"
+        raise ImageInputError(
+            f"{name} is {description} with values from {found}: {array.dtype.name} images must lie within "
+            f"{rule.values}; {rule.fix}"
+        )
+    return rule.to_uint8(array)
+
+
+def array_to_pil(array: np.ndarray, name: str, channels_first: bool = False, description: str | None = None):
+    """A NumPy array (HxWxC, or CxHxW with `channels_first` for torch tensors) -> 8-bit PIL image (L, RGB or RGBA)
+    by the rules above."""
+    description = description or describe_image(array)
+    if array.dtype.name not in PIXEL_RULE_OF_DTYPE:  # checked first, as for tensors: whatever the shape
+        refuse_dtype(name, description, array.dtype.name)
+    array = to_hwc(array, name, description, channels_first)
+    array = pixels_to_uint8(array, name, description)
     if array.ndim == 3 and array.shape[-1] == 1:
         array = array[..., 0]
-    if array.ndim not in (2, 3) or (array.ndim == 3 and array.shape[-1] not in (3, 4)):
-        raise ValueError(f"image {index} is an array of shape {array.shape}: expected HxW, HxWx3 or HxWx4 (or 3xHxW)")
-    if np.issubdtype(array.dtype, np.floating):
-        if array.size and (array.min() < 0 or array.max() > 1):
-            raise ValueError(f"image {index} is a float array with values outside [0, 1]: scale it or pass uint8")
-        array = np.round(array * 255)
-    return PIL.Image.fromarray(np.clip(array, 0, 255).astype(np.uint8))
+    return PIL.Image.fromarray(np.ascontiguousarray(array))
+
+
+def pil_to_8bit(image: PIL.Image.Image, name: str) -> PIL.Image.Image:
+    """A PIL image whose mode is not 8-bit (I;16*, I, F) -> mode L by `PIXEL_RULES`; others are returned as they
+    are. Mode I decoded from a file holds 16-bit data (16-bit PGM, TIFF) and follows the uint16 rule; mode I made in
+    memory (`Image.fromarray` of int32) the int32 rule; mode F the float32 rule."""
+    if not (image.mode.startswith("I") or image.mode == "F"):
+        return image
+    values = np.asarray(image)
+    if image.mode == "I" and image.format is not None:
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise ImageInputError(
+                f"{name} is {describe_image(image)} with values from {values.min()} to {values.max()}: 16-bit "
+                "images must lie within 0-65535; convert it to 8-bit (mode L or RGB) yourself"
+            )
+        values = values.astype(np.uint16)
+    return PIL.Image.fromarray(pixels_to_uint8(values, name, describe_image(image)))
+
+
+def to_rgb(image: PIL.Image.Image) -> PIL.Image.Image:
+    """Convert an 8-bit PIL mode to RGB (alpha dropped, as torchvision does); see `load_image` for the others."""
+    if image.mode == "RGB":
+        return image
+    return pil_to_8bit(image, "image").convert("RGB")
 
 
 def to_rgb_on_white(image: PIL.Image.Image) -> PIL.Image.Image:
@@ -190,41 +440,75 @@ def to_rgb_on_white(image: PIL.Image.Image) -> PIL.Image.Image:
     return to_rgb(image)
 
 
-def load_image(image: ImageInput, index: int = 0, composite_alpha: bool = False) -> PIL.Image.Image:
-    """Decode one image input (path, bytes, PIL image, array, or a `datasets.Image` dict) into RGB.
+def decode_pil(image: PIL.Image.Image, name: str, convert: Callable) -> PIL.Image.Image:
+    """A PIL image (open file or in memory) -> RGB; closed, unreadable or empty images are refused by name."""
+    try:
+        image.load()
+    except (ValueError, AssertionError):  # "Operation on closed image"; Pillow asserts on a closed, unread file
+        raise ImageInputError(
+            f"{name} is a closed PIL image: pass it before closing it (or leaving its `with` block), or pass its path"
+        ) from None
+    except (OSError, PIL.Image.DecompressionBombError) as error:
+        raise ImageInputError(f"{name} ({describe_image(image)}) could not be decoded: {error}") from error
+    if 0 in image.size:
+        raise ImageInputError(f"{name} is {describe_image(image)}: an empty image (a dimension of 0); drop it")
+    try:
+        return convert(pil_to_8bit(image, name))
+    except (OSError, ValueError) as error:
+        if isinstance(error, ImageInputError):
+            raise
+        raise ImageInputError(
+            f"{name} is {describe_image(image)}, which cannot be converted to RGB ({error}): convert it to RGB first"
+        ) from error
 
-    Transparency is dropped, as torchvision does, or with `composite_alpha=True` composited onto white, as
-    transformers' image processors do. Errors name the item index and the input, e.g.
-    `image 3 ('cat.jpg') does not exist`.
+
+def load_image(
+    image: ImageInput, index: int = 0, composite_alpha: bool = False, name: str | None = None
+) -> PIL.Image.Image:
+    """Decode one image input (path, bytes, PIL image, array, tensor or `datasets.Image` dict) into 8-bit RGB.
+
+    The one validator of image inputs (its rules are `image_input_table()`, shown in docs/concepts/image-inputs.md):
+    NumPy arrays are HxW or HxWxC, torch tensors HxW or CxHxW (C = 1, 3 or 4; a leading batch dimension of 1 is
+    dropped); uint8 is used as is, uint16 keeps its high byte as 16-bit PNG files do, other integers must lie within
+    0-255 and floats within [0, 1]; NaN, infinity, empty images, other dtypes, URLs, dicts without an image and
+    closed PIL images are refused with an `ImageInputError`. Transparency is dropped, as torchvision does, or with
+    `composite_alpha=True` composited onto white, as transformers' image processors do. Errors name the item (`name`,
+    default `image {index}`) and the input, e.g. `image 3 ('cat.jpg') does not exist`.
     """
+    name = name or f"image {index}"
     convert = to_rgb_on_white if composite_alpha else to_rgb
-    if isinstance(image, dict):
-        image = image["bytes"] if image.get("bytes") is not None else image.get("path")
+    image = image_source(image, name)
     if isinstance(image, (str, os.PathLike)):
         path = Path(image)
         if not path.is_file():
-            raise FileNotFoundError(f"image {index} ('{path}') does not exist or is not a file")
+            raise FileNotFoundError(f"{name} ('{path}') does not exist or is not a file")
         try:
             with PIL.Image.open(path) as opened:
                 opened.load()
-                return convert(opened)
+                return decode_pil(opened, f"{name} ('{path}')", convert)
         except (OSError, ValueError, PIL.Image.DecompressionBombError) as error:
-            raise ValueError(f"image {index} ('{path}') could not be decoded: {error}") from error
+            if isinstance(error, ImageInputError):
+                raise
+            raise ImageInputError(f"{name} ('{path}') could not be decoded: {error}") from error
     if isinstance(image, (bytes, bytearray, memoryview)):
         try:
             with PIL.Image.open(io.BytesIO(bytes(image))) as opened:
                 opened.load()
-                return convert(opened)
+                return decode_pil(opened, f"{name} ({len(image)} bytes)", convert)
         except (OSError, ValueError, PIL.Image.DecompressionBombError) as error:
-            raise ValueError(f"image {index} ({len(image)} bytes) could not be decoded: {error}") from error
+            if isinstance(error, ImageInputError):
+                raise
+            raise ImageInputError(f"{name} ({len(image)} bytes) could not be decoded: {error}") from error
     if isinstance(image, PIL.Image.Image):
-        return convert(image)
+        return decode_pil(image, name, convert)
     if isinstance(image, torch.Tensor):
-        image = image.detach().cpu().numpy()
+        description = describe_image(image)
+        return convert(array_to_pil(tensor_to_numpy(image, name), name, channels_first=True, description=description))
     if isinstance(image, np.ndarray):
-        return convert(array_to_pil(image, index))
+        return convert(array_to_pil(image, name))
     raise TypeError(
-        f"image {index} has unsupported type {type(image).__name__}: pass a path, bytes, a PIL image or an array"
+        f"{name} has unsupported type {type(image).__name__}: pass a path, bytes, a PIL image, a NumPy array "
+        "(HxWxC), a torch tensor (CxHxW) or a datasets.Image dict"
     )
 
 
@@ -274,7 +558,7 @@ def check_aspect_ratio(image: PIL.Image.Image, index: int, description: str):
     width, height = image.size
     ratio = max(width, height) / max(1, min(width, height))
     if ratio > MAX_ASPECT_RATIO:
-        raise ValueError(
+        raise ImageInputError(
             f"image {index} ({description}) is {width}x{height}: its aspect ratio {ratio:.0f}:1 exceeds the limit of "
             f"{MAX_ASPECT_RATIO}:1 (resizing its shorter side to the model's input size would need "
             f"{ratio:.0f}x that size along the other side). Crop or pad it to a less extreme shape"
@@ -357,7 +641,14 @@ def check_media_count(media: list, candidates: list[str], kind: str = "image", w
 
 
 __all__ = [
+    "ACCEPTED_DTYPES",
+    "ARRAY_LAYOUTS",
+    "PIXEL_RULES",
+    "ImageInputError",
+    "array_to_pil",
     "check_media_count",
+    "image_input_table",
+    "pixels_to_uint8",
     "deduplicate",
     "OPENAI_CLIP_MEAN",
     "OPENAI_CLIP_STD",
@@ -368,6 +659,7 @@ __all__ = [
     "clean_text",
     "describe_image",
     "image_key",
+    "image_source",
     "load_and_preprocess",
     "load_and_preprocess_squashed",
     "load_image",
@@ -376,5 +668,7 @@ __all__ = [
     "prepare_caption",
     "preprocess_image",
     "preprocess_image_squashed",
+    "tensor_to_numpy",
+    "to_rgb",
     "to_rgb_on_white",
 ]

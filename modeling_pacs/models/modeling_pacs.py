@@ -480,8 +480,10 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         """Score each candidate caption against its image (Eq. 4) and, with references, Eq. 5.
 
         Args:
-            images: one image per candidate: paths, bytes, PIL images or arrays. Repeated images (same path, same
-                bytes or array content, same PIL object) are encoded once.
+            images: one image per candidate: paths, bytes, PIL images, NumPy arrays (HxWxC), torch tensors (CxHxW)
+                or `datasets.Image` dicts, by the rules of docs/concepts/image-inputs.md (anything else raises an
+                `ImageInputError` naming the item). Repeated images (same path, same bytes or array content, same
+                PIL object) are encoded once.
             candidates: one caption per image. Empty captions are scored (the prompt prefix alone is encoded).
             references: optional, one non-empty list of reference captions per candidate.
 

@@ -1,7 +1,9 @@
 """Video inputs for the video metric (docs/spec/pacs.md#video): validation, frame sampling and seeking decoders.
 
 A video is a file (mp4, webm, mkv, avi, mov, read with PyAV, the `video` extra), a folder of frame images (sorted by
-name), a list of images, a `(T, H, W, C)` uint8 array, or precomputed frame embeddings (a `(T, D)` tensor). Only the
+name), a list of images, a `(T, H, W, C)` NumPy array, a `(T, H, W, C)` or `(T, C, H, W)` torch tensor (the two
+layouts of `torchvision.io.read_video`), or precomputed frame embeddings (a `(T, D)` tensor). Every frame follows
+the image rules of `inputs.load_image` (docs/concepts/image-inputs.md); errors name it as `video 2, frame 5`. Only the
 sampled frames are decoded: a video file is demuxed once (no decoding) to learn its frame timestamps and keyframes,
 then each kept frame is reached by seeking to the keyframe before it.
 """
@@ -18,7 +20,16 @@ import numpy as np
 import PIL.Image
 import torch
 
-from .inputs import ImageInput, image_key, load_image
+from .inputs import (
+    CHANNELS,
+    ImageInput,
+    ImageInputError,
+    describe_image,
+    image_key,
+    load_image,
+    pixels_to_uint8,
+    tensor_to_numpy,
+)
 
 VideoInput = Union[str, os.PathLike, Sequence[ImageInput], np.ndarray, torch.Tensor]
 # Extensions `pacs-score` treats as videos (GIFs stay images; pass --video to score them as videos).
@@ -60,7 +71,10 @@ def video_key(video: VideoInput) -> Any:
     if isinstance(video, (str, os.PathLike)):
         return ("path", os.path.abspath(os.fspath(video)))
     if isinstance(video, (np.ndarray, torch.Tensor)):
-        array = video.detach().cpu().numpy() if isinstance(video, torch.Tensor) else video
+        try:
+            array = tensor_to_numpy(video, "video") if isinstance(video, torch.Tensor) else video
+        except ImageInputError:  # `check_video` reports it
+            return ("object", id(video))
         digest = hashlib.blake2b(np.ascontiguousarray(array).tobytes(), digest_size=16).digest()
         return ("array", array.shape, str(array.dtype), digest)
     return ("frames", tuple(image_key(image) for image in video))
@@ -74,13 +88,14 @@ def check_video(video: Any, index: int) -> None:
             raise FileNotFoundError(f"video {index} ('{path}') does not exist")
         return
     if isinstance(video, (np.ndarray, torch.Tensor)):
-        if video.ndim not in (2, 4) or (video.ndim == 4 and video.shape[-1] not in (1, 3, 4)):
-            raise ValueError(
-                f"video {index} is an array of shape {tuple(video.shape)}: pass (T, H, W, C) uint8 frames or "
-                "(T, D) frame embeddings"
-            )
-        if video.shape[0] == 0:
-            raise ValueError(f"video {index} ({describe_video(video)}) has no frames")
+        if video.ndim == 2:  # frame embeddings
+            if video.shape[0] == 0:
+                raise ValueError(f"video {index} ({describe_video(video)}) has no frames")
+            return
+        frames = video_frames(video, index)  # the image rules on every frame, sampled or not
+        description = f"a frame of {describe_image(video)}"
+        for frame_index, frame in enumerate(frames):
+            pixels_to_uint8(frame, f"video {index}, frame {frame_index}", description)
         return
     if isinstance(video, (bytes, bytearray, dict, PIL.Image.Image)) or not isinstance(video, Sequence):
         raise TypeError(
@@ -108,23 +123,58 @@ def iter_video_frames(video: VideoInput, index: int, num_frames: int | None) -> 
     if isinstance(video, (str, os.PathLike)) and Path(video).is_dir():
         paths = folder_frames(Path(video), index)
         for frame_index in sample_frame_indices(len(paths), num_frames):
-            yield load_frame(paths[frame_index], index, f"frame '{paths[frame_index].name}' of")
+            yield load_frame(paths[frame_index], index, f"'{paths[frame_index].name}'")
         return
     if isinstance(video, (str, os.PathLike)):
         with VideoFile(video, index) as reader:
             yield from reader.read(sample_frame_indices(reader.frame_count, num_frames))
         return
-    if isinstance(video, torch.Tensor):
-        video = video.detach().cpu().numpy()
+    if isinstance(video, (np.ndarray, torch.Tensor)):
+        video = video_frames(video, index)  # (T, H, W, C): each frame is an HxWxC array
     for frame_index in sample_frame_indices(len(video), num_frames):
-        yield load_frame(video[frame_index], index, f"frame {frame_index} of")
+        yield load_frame(video[frame_index], index, frame_index)
 
 
-def load_frame(frame: ImageInput, index: int, what: str) -> PIL.Image.Image:
-    try:
-        return load_image(frame, index)
-    except (OSError, ValueError, TypeError) as error:
-        raise type(error)(f"{what} video {index}: {error}") from error
+def load_frame(frame: ImageInput, index: int, frame_name: int | str) -> PIL.Image.Image:
+    """One frame through the image rules of `inputs.load_image`; errors name the video and the frame."""
+    return load_image(frame, index, name=f"video {index}, frame {frame_name}")
+
+
+def video_frames(video: np.ndarray | torch.Tensor, index: int) -> np.ndarray:
+    """A video array's frames as a `(T, H, W, C)` NumPy array. NumPy arrays are `(T, H, W, C)`; torch tensors
+    `(T, H, W, C)` or `(T, C, H, W)` (`torchvision.io.read_video`'s two layouts); a shape both layouts explain, or
+    neither, is refused naming the readings, never guessed."""
+    description = describe_image(video)
+    layouts = "(T, H, W, C) or (T, C, H, W)" if isinstance(video, torch.Tensor) else "(T, H, W, C)"
+    if video.ndim != 4:
+        raise ImageInputError(
+            f"video {index} is {description}: pass {layouts} frames with C in {CHANNELS}, or (T, D) frame embeddings"
+        )
+    if 0 in video.shape:
+        raise ImageInputError(f"video {index} is {description}: it has no frames or empty frames (a dimension of 0)")
+    channels_last, channels_first = video.shape[3] in CHANNELS, video.shape[1] in CHANNELS
+    if isinstance(video, torch.Tensor):
+        if channels_last and channels_first:
+            raise ImageInputError(
+                f"video {index} is {description}: read as (T, H, W, C) its frames are {video.shape[1]}x"
+                f"{video.shape[2]} with {video.shape[3]} channels, read as (T, C, H, W) {video.shape[2]}x"
+                f"{video.shape[3]} with {video.shape[1]} channels; pass frames larger than 4 pixels, or a list of "
+                "frames"
+            )
+        array = tensor_to_numpy(video, f"video {index}")
+        if channels_first:
+            return array.transpose(0, 2, 3, 1)
+    else:
+        array = video
+    if not channels_last:
+        hint = ""
+        if channels_first:
+            hint = "; (T, C, H, W) would fit, but is not NumPy's layout: convert it with array.transpose(0, 2, 3, 1)"
+        raise ImageInputError(
+            f"video {index} is {description}: read as (T, H, W, C) its frames have {video.shape[3]} channels{hint}. "
+            f"Pass {layouts} frames with C in {CHANNELS}, or (T, D) frame embeddings"
+        )
+    return array
 
 
 def import_av():

@@ -11,11 +11,13 @@ import evaluate
 import numpy as np
 import PIL.Image
 import pytest
+import torch
 
 import modeling_pacs
 from modeling_pacs.cli import main
 from modeling_pacs.loading import load_model
 from modeling_pacs.metric_module.registration import metric_script_path
+from modeling_pacs.models.inputs import ImageInputError
 from modeling_pacs.testing.pacs import make_tiny_model
 from tests.fixtures.helpers import assert_scores_close
 
@@ -145,6 +147,17 @@ def test_bad_inputs_give_clear_messages(metric, image_paths, tmp_path):
     corrupt.write_bytes(b"\x89PNG not really an image")
     with pytest.raises(ValueError, match=r"image 2 \('.*corrupt\.png'\) could not be decoded"):
         metric.compute(predictions=CAPTIONS[:4], images=[image_paths[0], image_paths[0], str(corrupt), str(corrupt)])
+    nan_pixel = np.zeros((8, 8, 3), np.float32)
+    nan_pixel[2, 3, 1] = np.nan
+    refused = {  # the engine's image rules (docs/concepts/image-inputs.md), named by item
+        r"image 1 is a datasets.Image dict with no bytes and no path": {"bytes": None, "path": None},
+        r"image 1 \('https://example.com/cat.png'\) is a URL": {"bytes": None, "path": "https://example.com/cat.png"},
+        r"image 1 is a float32 NumPy array of shape \(8, 8, 3\) holding 1 non-finite value": nan_pixel,
+        r"image 1 is a uint8 torch tensor of shape \(8, 8, 3\): read as CxHxW": torch.zeros(8, 8, 3, dtype=torch.uint8),
+    }
+    for message, image in refused.items():
+        with pytest.raises(ImageInputError, match=message):
+            metric.compute(predictions=CAPTIONS[:2], images=[image_paths[0], image])
 
     metric.add_batch(predictions=CAPTIONS[:2], images=image_paths[:2], references=REFERENCES[:2])
     metric.add_batch(predictions=CAPTIONS[2:4], images=image_paths[2:4])

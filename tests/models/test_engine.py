@@ -6,6 +6,7 @@ import torch
 
 from modeling_pacs import PACSModel
 from modeling_pacs.loading import load_model, resolve_device
+from modeling_pacs.models.inputs import ImageInputError
 from tests.fixtures.helpers import random_image
 
 
@@ -148,7 +149,7 @@ def test_unsupported_image_type(tiny_model):
 
 
 def test_bad_array_shape(tiny_model):
-    with pytest.raises(ValueError, match=r"image 0 is an array of shape \(5, 5, 7\)"):
+    with pytest.raises(ImageInputError, match=r"image 0 is a uint8 NumPy array of shape \(5, 5, 7\): read as HxWxC"):
         tiny_model.score([np.zeros((5, 5, 7), dtype=np.uint8)], ["a"])
 
 

@@ -83,11 +83,11 @@ def test_any_pil_mode_is_converted_to_rgb(mode, tmp_path):
     if mode == "I;16":
         image = Image.fromarray((gray.astype(np.uint16) * 257), mode="I;16")
         expected = np.repeat(gray[..., None], 3, axis=2)
-    elif mode == "I":
-        image = Image.fromarray(gray.astype(np.int32) * 257, mode="I")
+    elif mode == "I":  # in memory: the int32 rule, 0-255 as is (16-bit files: tests/models/test_image_inputs.py)
+        image = Image.fromarray(gray.astype(np.int32), mode="I")
         expected = np.repeat(gray[..., None], 3, axis=2)
-    elif mode == "F":
-        image = Image.fromarray(gray.astype(np.float32), mode="F")
+    elif mode == "F":  # the float rule: [0, 1]
+        image = Image.fromarray(gray.astype(np.float32) / 255, mode="F")
         expected = np.repeat(gray[..., None], 3, axis=2)
     else:
         image = rgb.convert(mode)
@@ -98,11 +98,13 @@ def test_any_pil_mode_is_converted_to_rgb(mode, tmp_path):
 
 
 def test_sixteen_bit_png_is_rescaled_not_clipped(tmp_path):
+    """Grayscale 16-bit PNGs keep their high byte, as Pillow decodes 16-bit colour PNGs (tests/models/
+    test_image_inputs.py checks the two agree with uint16 arrays)."""
     values = np.linspace(0, 65535, 64 * 32).reshape(32, 64).astype(np.uint16)
     path = tmp_path / "deep.png"
     Image.fromarray(values, mode="I;16").save(path)
     loaded = np.asarray(load_image(path, 0))[..., 0]
-    np.testing.assert_array_equal(loaded, np.round(values / 257.0).astype(np.uint8))
+    np.testing.assert_array_equal(loaded, (values // 256).astype(np.uint8))
     assert loaded.max() == 255 and loaded.min() == 0
 
 

@@ -76,7 +76,7 @@ def test_long_caption_is_truncated_with_end_of_text_last(tiny_model, openai_toke
     assert len(ids) == 77
     assert ids[-1] == 49407 and ids[0] == 49406
     assert ids == openai_tokenize(openai_tokenizer, "A photo depicts " + caption)
-    scores = tiny_model.score([torch.zeros(224, 224, 3, dtype=torch.uint8)], [caption])
+    scores = tiny_model.score([torch.zeros(3, 224, 224, dtype=torch.uint8)], [caption])
     assert torch.isfinite(scores.scores).all()
 
 

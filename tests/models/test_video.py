@@ -301,7 +301,7 @@ def test_bad_videos_give_errors_naming_the_file(tiny_model, clips, tmp_path):
         (unknown_codec, ValueError, r"video 1 \('.*unknown_codec.mkv'\) uses a video codec this FFmpeg build cannot"),
         (empty_folder, ValueError, r"video 1 \('.*no_frames'\) is a folder with no image files"),
         ([], ValueError, "video 1 is an empty list of frames"),
-        (np.zeros((2, 8, 8)), ValueError, r"video 1 is an array of shape \(2, 8, 8\)"),
+        (np.zeros((2, 8, 8)), ValueError, r"video 1 is a float64 NumPy array of shape \(2, 8, 8\): pass \(T, H, W"),
         (torch.zeros(3, 7), ValueError, "video 1 .* has 7 dimensions; this model's embeddings have 32"),
         (42, TypeError, "video 1 has unsupported type int"),
     ]

@@ -32,6 +32,7 @@ from gradio_client.exceptions import AppError
 from playwright.sync_api import expect, sync_playwright
 
 from modeling_pacs.loading import load_model
+from modeling_pacs.models.inputs import load_image
 from modeling_pacs.testing.pacs import make_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -678,9 +679,27 @@ def test_uploaded_image_decodes_as_the_engine_decodes_a_path(app, tmp_path):
     values = (np.arange(12 * 10, dtype=np.uint16).reshape(10, 12) * 500).astype(np.uint16)
     PIL.Image.fromarray(values).save(upload)
     decoded = app.check_image({"path": str(upload)})
-    expected = np.clip(np.round(values / 257.0), 0, 255).astype(np.uint8)  # 16-bit rescaled, not clipped
+    expected = (values // 256).astype(np.uint8)  # 16-bit rescaled (the high byte), not clipped
     assert decoded.mode == "RGB" and decoded.size == (12, 10)
     np.testing.assert_array_equal(np.asarray(decoded), np.repeat(expected[..., None], 3, axis=2))
+    np.testing.assert_array_equal(np.asarray(decoded), np.asarray(load_image(upload)))
+
+
+def test_uploads_the_image_rules_refuse_are_refused_with_the_rules_message(app, tmp_path):
+    """A float TIFF outside [0, 1] and a 32-bit TIFF beyond 16 bits: the engine's `ImageInputError`, as a gr.Error
+    that names the upload (never the server's path)."""
+    uploads = tmp_path / "uploads"
+    cases = {
+        "float.tif": (np.full((10, 12), 200.0, np.float32), r"with values from 200 to 200: float32 images must lie"),
+        "deep.tif": (np.full((10, 12), 70000, np.int32), r"16-bit images must lie within 0-65535"),
+    }
+    for name, (values, message) in cases.items():
+        PIL.Image.fromarray(values).save(uploads / name)
+        with pytest.raises(app.gr.Error) as raised:
+            app.check_image({"path": str(uploads / name), "orig_name": name})
+        expected = rf"the image '{re.escape(name)}' is a PIL image, mode [IF], 12x10 .*{message}"
+        assert re.match(expected, raised.value.message), raised.value.message
+        assert raised.value.title == "Image refused" and str(uploads) not in raised.value.message
 
 
 @pytest.mark.parametrize(
