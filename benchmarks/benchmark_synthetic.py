@@ -23,6 +23,8 @@ import PIL.Image
 import torch
 from benchmarking_utils import best_time, positive_int
 
+from modeling_pacs.cli.arguments import exits_on_missing_extra
+from modeling_pacs.extras import require
 from modeling_pacs.synthetic.generation import BlipCaptioner, GenerationSettings, StableDiffusionGenerator
 from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
 
@@ -77,7 +79,7 @@ def tiny_benchmark(args: argparse.Namespace):
 
 
 def sd15_unet_benchmark(args: argparse.Namespace):
-    from diffusers import UNet2DConditionModel
+    UNet2DConditionModel = require("diffusers", "generate", "The Stable Diffusion UNet benchmark").UNet2DConditionModel
 
     if not torch.cuda.is_available():
         raise SystemExit("--workload sd15-unet needs a CUDA GPU (860M parameters at fp16); use --workload tiny here")
@@ -113,6 +115,7 @@ def sd15_unet_benchmark(args: argparse.Namespace):
         )
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.formatter_class = argparse.RawDescriptionHelpFormatter

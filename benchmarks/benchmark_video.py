@@ -20,14 +20,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import av
 import numpy as np
 import torch
 from benchmarking_utils import positive_int, vit_b32_clip_config
 
+from modeling_pacs.extras import MissingExtraError, require
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.video import VideoFile, sample_frame_indices
 from modeling_pacs.testing.pacs import make_tiny_model
+
+try:
+    av = require("av", "video", "The video benchmark")
+except MissingExtraError as error:
+    raise SystemExit(f"error: {error}") from None
 
 CAPTIONS = ["a man rides a bike down a hill", "two dogs play in the snow", "a chef cooks pasta in a kitchen"]
 

@@ -33,16 +33,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import gradio as gr
-import pandas as pd
 import PIL.Image
-from gradio.utils import get_upload_folder
 
 from modeling_pacs import PACSModel
+from modeling_pacs.extras import require
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import to_rgb
 from modeling_pacs.variants import SPACE_CHOICES, tiny_alias
 
+gr = require("gradio", "demo", "The Space")
+pd = require("pandas", "demo", "The Space")
 logger = logging.getLogger("pacs_space")
 
 # Offline mode: a random 32-dim model stands in for the real ones (for tests and machines without the Hub).
@@ -297,7 +297,7 @@ def uploaded_path(image: object) -> tuple[str, str]:
         raise refused
     try:
         path = os.path.realpath(image["path"])  # resolves `..` and links before the containment check
-        folder = os.path.realpath(get_upload_folder())
+        folder = os.path.realpath(gr.utils.get_upload_folder())
         inside = os.path.commonpath([folder, path]) == folder and path != folder
     except ValueError as error:  # a NUL byte, or a relative path on another drive
         raise refused from error

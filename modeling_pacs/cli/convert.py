@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..pacs.convert import LORA_MODES, OPENAI_HEAD_DIM
 from ..variants import OFFICIAL_VARIANTS
+from .arguments import exits_on_missing_extra
 
 
 @dataclass(frozen=True)
@@ -369,6 +370,7 @@ def run(command: str, args: argparse.Namespace) -> int:
 def converter_main(command: str) -> Callable[[list[str] | None], int]:
     """The `main(argv)` of a conversion script (`scripts/convert_*_checkpoint.py`)."""
 
+    @exits_on_missing_extra
     def main(argv: list[str] | None = None) -> int:
         return run(command, build_parser(command).parse_args(argv))
 

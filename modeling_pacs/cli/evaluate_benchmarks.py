@@ -16,6 +16,8 @@ from modeling_pacs.evaluation.harness import HarnessConfig, run
 from modeling_pacs.evaluation.report import format_systems, format_table
 from modeling_pacs.evaluation.systems import COCO_METRICS
 
+from .arguments import exits_on_missing_extra
+
 EPILOG = """
 examples:
   python scripts/evaluate_benchmarks.py --benchmark flickr8k_expert --data-dir data/flickr8k \\
@@ -140,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -22,7 +22,10 @@ from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, fraction_outside
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
+from .arguments import exits_on_missing_extra
 
+
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

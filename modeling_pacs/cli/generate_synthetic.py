@@ -31,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import positive_int
+from modeling_pacs.cli.arguments import exits_on_missing_extra, positive_int
 from modeling_pacs.data import load_datasets, select_split
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
 from modeling_pacs.output_paths import OutputPathError, check_output_directory
@@ -157,6 +157,7 @@ def rewrite_folder(folder: Path) -> dict:
     return {"files": len(files), "rewritten": len(rewritten)}
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> dict | None:
     """Generate this process's shards; once all are there, check them and write summary.json (returned)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from ..output_paths import check_output_directory
 from . import convert
+from .arguments import exits_on_missing_extra
 from .convert import CONVERTERS
 from .score import SCORE_EPILOG, build_score_parser, run_score
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None):
     """`pacs-pp`: utilities (score, make-tiny, convert)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")

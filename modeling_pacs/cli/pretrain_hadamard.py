@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from modeling_pacs.cli.arguments import exits_on_missing_extra
 from modeling_pacs.pearl.hadamard_init import (
     ACCEPTED_MSE,
     HADAMARD_INIT_PATH,
@@ -19,6 +20,7 @@ from modeling_pacs.pearl.hadamard_init import (
 )
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     defaults = HadamardRecipe()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

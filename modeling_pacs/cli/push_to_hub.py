@@ -12,7 +12,10 @@ import sys
 
 from modeling_pacs.hub import ModelDirectoryError, push_model_directory
 
+from .arguments import exits_on_missing_extra
 
+
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="a model directory (converted or trained)")

@@ -10,7 +10,7 @@ from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, 
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from ..output_paths import check_output_file
-from .arguments import add_device_arguments, positive_int
+from .arguments import add_device_arguments, exits_on_missing_extra, positive_int
 from .video import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
@@ -151,6 +151,7 @@ def run_score(args: argparse.Namespace) -> dict:
     return means
 
 
+@exits_on_missing_extra
 def score_main(argv: list[str] | None = None):
     """`pacs-score`: score captions from a JSON/JSONL/CSV file."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")

@@ -52,6 +52,8 @@ from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.tokenization import build_clip_tokenizer
 from modeling_pacs.variants import ALIAS_VARIANTS, tiny_alias
 
+from .arguments import exits_on_missing_extra
+
 logger = logging.getLogger("train_captioner")
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 
@@ -128,6 +130,7 @@ def default_model(name: str | None, fallback: str, tiny: bool) -> str:
     return fallback
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)

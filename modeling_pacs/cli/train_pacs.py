@@ -49,6 +49,8 @@ from modeling_pacs.pacs.training import (
 from modeling_pacs.tokenization import build_processor
 from modeling_pacs.variants import PRETRAINED_MODELS, parse_tiny_alias
 
+from .arguments import exits_on_missing_extra
+
 logger = logging.getLogger("train_pacs")
 
 
@@ -100,6 +102,7 @@ class DataArguments:
     )
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     # SPEC §3: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override these.

@@ -27,7 +27,10 @@ from modeling_pacs.pearl.training import (
 )
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
+from .arguments import exits_on_missing_extra
 
+
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

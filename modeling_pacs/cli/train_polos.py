@@ -34,7 +34,10 @@ from modeling_pacs.polos.training import (
 )
 from modeling_pacs.supervised import EARLY_STOPPING
 
+from .arguments import exits_on_missing_extra
 
+
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="Polos directory, Hub id or 'tiny:polos' to start from")
