@@ -10,13 +10,11 @@ import logging
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_device_arguments
+from modeling_pacs.cli.arguments import add_device_arguments, add_example, exits_on_missing_extra
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
 from modeling_pacs.evaluation.harness import HarnessConfig, run
 from modeling_pacs.evaluation.report import format_systems, format_table
 from modeling_pacs.evaluation.systems import COCO_METRICS
-
-from .arguments import exits_on_missing_extra
 
 EPILOG = """
 examples:
@@ -139,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="DetailCaps-4870: divide the GPT-4 scores by this for 1-R^2 only (correlations do not depend on it)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_example(
+        parser, "python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --model pac_s_pp_vit_b32"
+    )
     return parser
 
 

@@ -12,7 +12,7 @@ import sys
 
 from modeling_pacs.hub import ModelDirectoryError, push_model_directory
 
-from .arguments import exits_on_missing_extra
+from .arguments import add_example, exits_on_missing_extra
 
 
 @exits_on_missing_extra
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("repo_id", help="the Hub model repository, owner/name (created if missing)")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the files, upload nothing")
     parser.add_argument("--private", action="store_true", help="create the repository as private")
+    add_example(parser, "python scripts/push_to_hub.py pac-s-pp-clip-vit-b32 my-user/pac-s-pp-clip-vit-b32 --dry-run")
     args = parser.parse_args(argv)
     try:
         push_model_directory(args.folder, args.repo_id, dry_run=args.dry_run, private=args.private)

@@ -55,7 +55,7 @@ from modeling_pacs.jobs import (
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.output_paths import check_output_directory
 
-from .arguments import exits_on_missing_extra
+from .arguments import add_example, exits_on_missing_extra
 
 logger = logging.getLogger("score_corpus")
 
@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no progress (default: a bar with rows/s and ETA on a terminal; in logs, a line every few seconds)",
     )
+    add_example(parser, "python scripts/score_corpus.py captions.jsonl --output-dir scores/")
     return parser
 
 
