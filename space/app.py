@@ -721,6 +721,7 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
                         x_label_angle=-45,
                         colors_in_legend=[],  # the bar labels name each score; gradio's legend would be clipped
                         height=380,
+                        elem_id="scores-chart",
                     )
                 with gr.Accordion("Results as JSON", open=False):
                     details = gr.JSON(label="details")
