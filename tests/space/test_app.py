@@ -616,14 +616,14 @@ def test_captions_are_text_in_the_heading_table_and_json(client, space_models):
         (
             "captions",
             "<b>bold</b>" + "x" * 300,
-            "caption 1 ('&lt;b&gt;bold&lt;/b&gt;" + "x" * 29 + "...') is 311 characters long; the limit is 300",
+            "caption 1 ('<b>bold</b>" + "x" * 29 + "...') is 311 characters long; the limit is 300",
         ),
-        ("model", "<a href=http://x>model</a>", "model '&lt;a href=http://x&gt;model&lt;/a&gt;' is neither one of"),
+        ("model", "<a href=http://x>model</a>", "model '<a href=http://x>model</a>' is neither one of"),
     ],
 )
 def test_malformed_form_values_get_a_message(client, space_url, field, value, message):
-    """API clients can post any JSON: each form value gets a message naming it; user text in messages is escaped
-    (gradio renders messages as HTML)."""
+    """API clients can post any JSON: each form value gets a message naming it; user text in messages is quoted
+    verbatim (messages are plain text: the page shows them in a text box)."""
     data = {"captions": "a red circle", "references": "", "model": TINY_CHOICE}
     data[field] = value
     with pytest.raises(AppError) as raised:
@@ -657,7 +657,7 @@ def test_upload_paths_must_resolve_into_the_upload_folder(app, tmp_path):
     shutil.copy(RED_CIRCLE, inside)
     assert app.uploaded_path({"path": str(inside), "orig_name": "../../<b>cat</b>.png"}) == (
         str(inside.resolve()),
-        "../../<b>cat</b>.png",  # a name, shown escaped; never used as a path
+        "../../<b>cat</b>.png",  # a name, quoted as plain text; never used as a path
     )
     assert app.uploaded_path({"path": str(inside)}) == (str(inside.resolve()), "red_circle.png")
     link = uploads / "link.png"
@@ -749,7 +749,7 @@ def test_non_finite_scores_are_never_shown(app):
     with pytest.raises(app.gr.Error) as raised:
         app.score_request(request, app.ScoringModels(clip_s=None, pac_s=NaNModel()))
     assert raised.value.message == (
-        "PAC-S++ of caption 2 ('&lt;b&gt;b&lt;/b&gt;') came out as nan, not a number: the model is faulty (this is "
+        "PAC-S++ of caption 2 ('<b>b</b>') came out as nan, not a number: the model is faulty (this is "
         "logged); pick another model"
     )
 
