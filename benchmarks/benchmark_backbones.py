@@ -8,7 +8,7 @@ token), resizes without a crop, and uses its own tokenizer (here a small one tra
 
 Rounds alternate between the two models so that load on a shared machine hits both alike; the best round counts.
 
-    python scripts/benchmark_backbones.py --images 64 --candidates 2 --references 3 --rounds 3
+    python benchmarks/benchmark_backbones.py --images 64 --candidates 2 --references 3 --rounds 3
 """
 
 import argparse
@@ -22,6 +22,7 @@ import torch
 from benchmarking_utils import positive_int, vit_b32_clip_config, vit_b32_siglip_config
 from PIL import Image
 
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.loading import resolve_device
 from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.testing.pacs import TINY_WORDS, build_siglip_tokenizer, make_tiny_model
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--references", type=positive_int, default=3, help="references per image")
     parser.add_argument("--rounds", type=positive_int, default=3, help="alternating timed rounds (best is kept)")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
+    add_example(parser, "python benchmarks/benchmark_backbones.py --images 64 --candidates 2 --references 3 --rounds 3")
     args = parser.parse_args(argv)
     device = resolve_device(args.device)
     print("building ViT-B/32-sized random CLIP and SigLIP models with random LoRA adapters (random weights)")

@@ -5,8 +5,8 @@ with `score_corpus.py` in a fresh process, and prints each run's peak RSS (from 
 (target: the large run within 20% of the small one).
 
 Example:
-    python scripts/benchmark_corpus_memory.py                    # tiny random model, 20k vs 200k rows
-    python scripts/benchmark_corpus_memory.py --rows 20000 200000 --shard-size 2048
+    python benchmarks/benchmark_corpus_memory.py                    # tiny random model, 20k vs 200k rows
+    python benchmarks/benchmark_corpus_memory.py --rows 20000 200000 --shard-size 2048
 """
 
 import argparse
@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import PIL.Image
+
+from modeling_pacs.cli.arguments import add_example
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "score_corpus.py"
 WORDS = "a the red blue green dog cat man woman sits runs on under near table grass street big small photo".split()
@@ -56,6 +58,7 @@ def main():
     parser.add_argument("--rows", type=int, nargs=2, default=[20_000, 200_000])
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--shard-size", type=int, default=2048)
+    add_example(parser, "python benchmarks/benchmark_corpus_memory.py --rows 20000 200000 --shard-size 2048")
     args = parser.parse_args()
 
     results = []

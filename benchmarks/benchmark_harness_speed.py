@@ -5,7 +5,7 @@ image, as in Flickr8k-CF, so texts repeat across images) plus N JPEGs, scores it
 reports items/s and the image/text encodings actually run against scoring item by item. Random weights: the
 correlations mean nothing; only the timing and the counts do.
 
-    python scripts/benchmark_harness_speed.py --images 1000 --pairs 48
+    python benchmarks/benchmark_harness_speed.py --images 1000 --pairs 48
 """
 
 import argparse
@@ -19,7 +19,7 @@ import torch
 from benchmarking_utils import vit_b32_clip_config
 from PIL import Image
 
-from modeling_pacs.cli.arguments import add_device_arguments
+from modeling_pacs.cli.arguments import add_device_arguments, add_example
 from modeling_pacs.evaluation import load_benchmark
 from modeling_pacs.evaluation.runner import score_image_items
 from modeling_pacs.loading import DTYPES, resolve_device
@@ -55,6 +55,7 @@ def main():
     add_device_arguments(parser)
     parser.add_argument("--image-batch-size", type=int, default=64)
     parser.add_argument("--text-batch-size", type=int, default=256)
+    add_example(parser, "python benchmarks/benchmark_harness_speed.py --images 1000 --pairs 48")
     args = parser.parse_args()
     for name in ("images", "pairs", "image_batch_size", "text_batch_size"):
         if getattr(args, name) <= 0:

@@ -5,8 +5,8 @@ with the model already loaded (`compute` vs `score`). Both sides run in this pro
 medians of `--repeats` runs.
 
 Example:
-    python scripts/benchmark_metric_overhead.py                      # tiny random model (CPU)
-    python scripts/benchmark_metric_overhead.py --model pac_s_pp_vit_b32 --device cuda
+    python benchmarks/benchmark_metric_overhead.py                      # tiny random model (CPU)
+    python benchmarks/benchmark_metric_overhead.py --model pac_s_pp_vit_b32 --device cuda
 """
 
 import argparse
@@ -19,6 +19,7 @@ import evaluate
 import numpy as np
 import PIL.Image
 
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.loading import load_model
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -46,6 +47,7 @@ def main():
     parser.add_argument("--captions", type=int, default=500)
     parser.add_argument("--captions-per-image", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    add_example(parser, "python benchmarks/benchmark_metric_overhead.py --model pac_s_pp_vit_b32 --device cuda")
     args = parser.parse_args()
 
     rng = np.random.default_rng(1)

@@ -10,7 +10,7 @@
 The head costs about 72 GFLOP per reference-free sample (+6.3 GFLOP per reference), almost all of it in the
 HadamardNets: a CPU is the wrong device for Pearl at scale (the paper: 8.2 ms/sample on an RTX 3090).
 
-    python scripts/benchmark_pearl.py --items 64 --references 5
+    python benchmarks/benchmark_pearl.py --items 64 --references 5
 """
 
 import argparse
@@ -23,6 +23,7 @@ import torch
 from benchmarking_utils import best_time, make_workload, vit_b32_clip_config
 
 from modeling_pacs import PACSModel, PearlConfig, PearlModel
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.pearl.scorer import PearlScorer
 from modeling_pacs.testing.pacs import make_tiny_model
 from modeling_pacs.testing.pearl import make_tiny_pearl
@@ -49,6 +50,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=2, help="timed runs, best kept (> 0)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed first run (slow CPUs)")
     parser.add_argument("--output", type=Path, help="also write the figures as JSON")
+    add_example(parser, "python benchmarks/benchmark_pearl.py --items 64 --references 5")
     args = parser.parse_args()
     if args.items <= 0 or args.batch_size <= 0 or args.repeats <= 0 or not 1 <= args.references <= 5:
         parser.error("--items, --batch-size and --repeats must be > 0 and --references in 1..5")

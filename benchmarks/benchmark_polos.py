@@ -8,7 +8,7 @@ Pass `--polos-model DIR` / `--pacs-model DIR` to time converted or trained model
 Both metrics encode each distinct image and text once. Polos is timed in both modes: `per_item` (default) and
 `official` (chunks of `--official-batch-size`). Polos's authors report 6.91 ms vs 4.45 ms per sample (RTX 3090).
 
-    python scripts/benchmark_polos.py --images 20 --candidates 2 --references 5
+    python benchmarks/benchmark_polos.py --images 20 --candidates 2 --references 5
 """
 
 import argparse
@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from benchmarking_utils import WORDS, best_time, make_workload, positive_int, vit_b32_clip_config
 
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.loading import load_model, resolve_device
 from modeling_pacs.models.configuration_polos import PolosConfig
 from modeling_pacs.models.modeling_polos import PolosModel
@@ -53,6 +54,7 @@ def main():
     parser.add_argument("--polos-model", help="a Polos directory or alias (default: random, released geometry)")
     parser.add_argument("--pacs-model", help="a PAC-S++ directory or alias (default: random ViT-B/32 + LoRA)")
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
+    add_example(parser, "python benchmarks/benchmark_polos.py --images 20 --candidates 2 --references 5")
     args = parser.parse_args()
 
     device = resolve_device(args.device)

@@ -8,8 +8,8 @@ Workload (the paper's SCST batch): 32 images x 5 beams = 160 candidate captions,
 - cache, SCST steady state: images and references recur every epoch (cached), the candidates are new;
 - cache, all hits: the same call again.
 
-    python scripts/benchmark_reward.py                  # prints a JSON report
-    python scripts/benchmark_reward.py --repeats 5 --scst_steps 2 --output reward_benchmark.json
+    python benchmarks/benchmark_reward.py                  # prints a JSON report
+    python benchmarks/benchmark_reward.py --repeats 5 --scst_steps 2 --output reward_benchmark.json
 """
 
 import argparse
@@ -28,6 +28,7 @@ from transformers import TrainingArguments
 from modeling_pacs.captioning import PACSCaptionerConfig, PACSCaptionerForConditionalGeneration
 from modeling_pacs.captioning.rewards import PACSReward
 from modeling_pacs.captioning.training import CaptioningCollator, SCSTTrainer
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.embedding_cache import EmbeddingCache
 from modeling_pacs.testing.pacs import make_tiny_model
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scst_steps", type=int, default=2, help="0 skips the SCST step measurement")
     parser.add_argument("--output", type=Path, help="also write the JSON report here")
+    add_example(
+        parser, "python benchmarks/benchmark_reward.py --repeats 5 --scst_steps 2 --output reward_benchmark.json"
+    )
     args = parser.parse_args(argv)
     for name in ("num_images", "num_beams", "num_references", "repeats"):
         if getattr(args, name) <= 0:

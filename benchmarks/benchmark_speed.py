@@ -22,8 +22,8 @@ Prints the throughput ratios, the largest score differences, a per-stage profile
 preprocessing, image encoding, tokenisation, text encoding, scoring) with the encoders' achieved GFLOP/s as a share
 of this machine's measured fp32 matmul peak, and the peak RSS of scoring N vs 10 N items.
 
-    python scripts/benchmark_speed.py --images 200 --candidates 3 --references 5
-    python scripts/benchmark_speed.py --images 60 --official-dir ../pacscore
+    python benchmarks/benchmark_speed.py --images 200 --candidates 3 --references 5
+    python benchmarks/benchmark_speed.py --images 60 --official-dir ../pacscore
 """
 
 import argparse
@@ -55,7 +55,7 @@ from benchmarking_utils import (
 from PIL import Image
 
 import modeling_pacs
-from modeling_pacs.cli.arguments import add_device_arguments
+from modeling_pacs.cli.arguments import add_device_arguments, add_example
 from modeling_pacs.loading import DTYPES, resolve_device
 from modeling_pacs.models.backbones import backbone_family, encode_image_batch
 from modeling_pacs.models.inputs import (
@@ -377,6 +377,7 @@ def main():
         "--memory-items", type=int, default=0, help="also compare the peak RSS of scoring N and 10 N items"
     )
     parser.add_argument("--rss-probe", type=int, help=argparse.SUPPRESS)
+    add_example(parser, "python benchmarks/benchmark_speed.py --images 60 --official-dir ../pacscore")
     args = parser.parse_args()
     if args.rss_probe:
         return peak_rss_probe(args.rss_probe)

@@ -10,8 +10,8 @@ Two workloads:
   of SD's time at 50 steps). It prints images/s per batch size and the projected wall time for `--num-captions`
   captions on `--num-gpus` GPUs.
 
-    python scripts/benchmark_synthetic.py --items 24
-    python scripts/benchmark_synthetic.py --workload sd15-unet --batch-sizes 1 4 8 16 --steps 50
+    python benchmarks/benchmark_synthetic.py --items 24
+    python benchmarks/benchmark_synthetic.py --workload sd15-unet --batch-sizes 1 4 8 16 --steps 50
 """
 
 import argparse
@@ -23,6 +23,8 @@ import PIL.Image
 import torch
 from benchmarking_utils import best_time, positive_int
 
+from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra
+from modeling_pacs.extras import require
 from modeling_pacs.synthetic.generation import BlipCaptioner, GenerationSettings, StableDiffusionGenerator
 from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
 
@@ -77,7 +79,7 @@ def tiny_benchmark(args: argparse.Namespace):
 
 
 def sd15_unet_benchmark(args: argparse.Namespace):
-    from diffusers import UNet2DConditionModel
+    UNet2DConditionModel = require("diffusers", "generate", "The Stable Diffusion UNet benchmark").UNet2DConditionModel
 
     if not torch.cuda.is_available():
         raise SystemExit("--workload sd15-unet needs a CUDA GPU (860M parameters at fp16); use --workload tiny here")
@@ -113,6 +115,7 @@ def sd15_unet_benchmark(args: argparse.Namespace):
         )
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -124,6 +127,9 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--repeats", type=positive_int, default=2, help="timed repeats after a warm-up (best kept)")
     parser.add_argument("--num-captions", type=positive_int, default=COCO_CAPTIONS, help="for the projection")
     parser.add_argument("--num-gpus", type=positive_int, default=8, help="for the projection")
+    add_example(
+        parser, "python benchmarks/benchmark_synthetic.py --workload sd15-unet --batch-sizes 1 4 8 16 --steps 50"
+    )
     args = parser.parse_args(argv)
     if args.steps is None:
         args.steps = 2 if args.workload == "tiny" else 50

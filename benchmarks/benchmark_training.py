@@ -7,7 +7,7 @@ tuple, with the real collator on generated 640x480 JPEGs). Both modes run in thi
 `--rounds` rounds (the best round of each counts, so a burst of load on a shared machine hurts neither mode more);
 a sampling thread records the peak resident memory while each mode runs.
 
-    python scripts/benchmark_training.py --batch-size 32 --steps 3
+    python benchmarks/benchmark_training.py --batch-size 32 --steps 3
 """
 
 import argparse
@@ -20,6 +20,7 @@ import torch
 from benchmarking_utils import PeakMemory, current_rss_mib, vit_b32_clip_config
 
 from modeling_pacs import PACSConfig, PACSModel
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.pacs.training import (
     RECIPES,
     PACSDataCollator,
@@ -109,6 +110,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=2, help="timed steps per round (after one warm-up step)")
     parser.add_argument("--rounds", type=int, default=2)
+    add_example(parser, "python benchmarks/benchmark_training.py --batch-size 32 --steps 3")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch_size}, {args.steps} steps")
     print(f"resident memory at start: {current_rss_mib():.0f} MiB")

@@ -16,9 +16,9 @@ data-preparation time the script logs, and the peak RSS ratio between the larges
 most 1.2x).
 
 Examples:
-    python scripts/benchmark_training_data.py                          # 1k, 10k and 50k images (~9 GiB of shards)
-    python scripts/benchmark_training_data.py --images 1000 10000 --work-dir /data/bench
-    python scripts/benchmark_training_data.py --images 1000 --repo ../old-checkout   # another checkout's train_pacs.py
+    python benchmarks/benchmark_training_data.py                          # 1k, 10k and 50k images (~9 GiB of shards)
+    python benchmarks/benchmark_training_data.py --images 1000 10000 --work-dir /data/bench
+    python benchmarks/benchmark_training_data.py --images 1000 --repo ../old-checkout   # an older train_pacs.py
 """
 
 import argparse
@@ -36,6 +36,7 @@ import numpy as np
 import PIL.Image
 from benchmarking_utils import positive_int
 
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.jobs import ShardedJob, write_text_atomically
 from modeling_pacs.synthetic.generation import item_seed, write_parquet
 
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--work-dir", type=Path, default=Path("/tmp/pacs-pp-training-data-benchmark"))
     parser.add_argument("--repo", type=Path, default=REPO, help="checkout whose scripts/train_pacs.py runs")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    add_example(parser, "python benchmarks/benchmark_training_data.py --images 1000 10000 --work-dir /data/bench")
     args = parser.parse_args(argv)
 
     results = []

@@ -11,7 +11,7 @@
    each), with the tiny model and with ViT-B/32-sized random weights (CLIP-S geometry: a merged PAC-S++ has the same
    arithmetic). Videos/s includes decoding, preprocessing, both encoders and the metric.
 
-    python scripts/benchmark_video.py --videos 8 --clip-seconds 10
+    python benchmarks/benchmark_video.py --videos 8 --clip-seconds 10
 """
 
 import argparse
@@ -20,14 +20,20 @@ import tempfile
 import time
 from pathlib import Path
 
-import av
 import numpy as np
 import torch
 from benchmarking_utils import positive_int, vit_b32_clip_config
 
+from modeling_pacs.cli.arguments import add_example
+from modeling_pacs.extras import MissingExtraError, require
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.models.video import VideoFile, sample_frame_indices
 from modeling_pacs.testing.pacs import make_tiny_model
+
+try:
+    av = require("av", "video", "The video benchmark")
+except MissingExtraError as error:
+    raise SystemExit(f"error: {error}") from None
 
 CAPTIONS = ["a man rides a bike down a hill", "two dogs play in the snow", "a chef cooks pasta in a kitchen"]
 
@@ -145,6 +151,7 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--skip-vit-b32", action="store_true", help="only the tiny model end to end")
     parser.add_argument("--output", type=Path, help="also write the figures as JSON")
+    add_example(parser, "python benchmarks/benchmark_video.py --videos 8 --clip-seconds 10")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

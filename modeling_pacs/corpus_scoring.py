@@ -45,6 +45,12 @@ def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
         yield RowBlock(start, len(lines), decode(lines, start))
 
 
+def jsonl_row_count(path: Path) -> int:
+    """Rows of a JSON lines file as `jsonl_blocks` reads them (blank lines are not rows)."""
+    with path.open(encoding="utf-8-sig") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
 def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
     """Blocks over an iterator of already decoded rows (CSV, streamed `datasets`)."""
     start = 0
@@ -75,6 +81,13 @@ def parquet_blocks(path: Path, columns: list[str]) -> Iterator[RowBlock]:
             start, batch.num_rows, lambda begin, end, batch=batch: batch.slice(begin, end - begin).to_pylist()
         )
         start += batch.num_rows
+
+
+def parquet_row_count(path: Path) -> int:
+    """Rows of a parquet file, from its footer (nothing is decoded)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
 
 
 def dataset_blocks(dataset) -> Iterator[RowBlock]:
@@ -146,9 +159,11 @@ __all__ = [
     "csv_rows",
     "dataset_blocks",
     "jsonl_blocks",
+    "jsonl_row_count",
     "list_blocks",
     "merge_shards",
     "parquet_blocks",
+    "parquet_row_count",
     "parse_references",
     "undecoded_images",
 ]

@@ -36,10 +36,13 @@ import hashlib
 import json
 import math
 import os
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 SHARD_DIGITS = 7
 MANIFEST_NAME = "manifest.json"
@@ -377,13 +380,104 @@ class ShardedJob:
             stale.unlink(missing_ok=True)
 
 
+# ---------------------------------------------------------------------------------------------------- progress
+def format_duration(seconds: float) -> str:
+    """`3725.2` -> `"1:02:05"`."""
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+
+
+class JobProgress:
+    """Progress of a job over its whole input: rows done / total, rows per second and the time left.
+
+    On a terminal it is a tqdm bar; when `stream` is not a terminal (a log file, a pipe) it writes one line at most
+    every `interval` seconds, and a last one when the job ends:
+    `progress: 4096/10000 rows (41.0%), 512.3 rows/s, ETA 0:00:11`. `enabled=False` shows nothing.
+    `total=None` (a streamed input of unknown length) shows rows and rows/s without percentage or ETA. `done` counts
+    rows finished before this run (a resumed job); the speed counts only this run's rows.
+
+    Example:
+
+    ```python
+    >>> import io
+    >>> progress = JobProgress(total=100, done=20, stream=io.StringIO(), clock=iter([0.0, 10.0, 10.0]).__next__)
+    >>> progress.update(40)
+    >>> progress.line()
+    'progress: 60/100 rows (60.0%), 4.0 rows/s, ETA 0:00:10'
+    ```
+    """
+
+    def __init__(
+        self,
+        total: int | None,
+        done: int = 0,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        interval: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.total, self.done, self.start_done = total, done, done
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.interval = interval
+        self.clock = clock
+        self.start_time = self.last_line_time = self.now = clock()
+        self.bar = None
+        self.pending = False  # rows counted since the last line written
+        if enabled and self.stream.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit=" rows", file=self.stream, dynamic_ncols=True)
+
+    def update(self, rows: int):
+        """Count `rows` more rows as done (never past the total)."""
+        rows = rows if self.total is None else max(0, min(rows, self.total - self.done))
+        self.done += rows
+        if self.bar is not None:
+            self.bar.update(rows)
+            return
+        self.now = self.clock()
+        self.pending = True
+        if self.enabled and self.now - self.last_line_time >= self.interval:
+            self.write_line()
+
+    def rate(self) -> float:
+        """Rows per second of this run."""
+        elapsed = self.now - self.start_time
+        return (self.done - self.start_done) / elapsed if elapsed > 0 else 0.0
+
+    def line(self) -> str:
+        """`progress: DONE/TOTAL rows (P%), R rows/s, ETA H:MM:SS` (without total: `progress: DONE rows, R rows/s`)."""
+        rate = self.rate()
+        if self.total is None:
+            return f"progress: {self.done} rows, {rate:.1f} rows/s"
+        percent = 100 * self.done / self.total if self.total else 100.0
+        eta = format_duration((self.total - self.done) / rate) if rate > 0 else "unknown"
+        return f"progress: {self.done}/{self.total} rows ({percent:.1f}%), {rate:.1f} rows/s, ETA {eta}"
+
+    def write_line(self):
+        print(self.line(), file=self.stream, flush=True)
+        self.last_line_time = self.now
+        self.pending = False
+
+    def close(self):
+        """End the bar, or write the last line (when rows were counted since the previous one)."""
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled and self.pending:
+            self.write_line()
+
+
 __all__ = [
+    "JobProgress",
     "RowBlock",
     "ShardReader",
     "ShardedJob",
     "atomic_path",
     "describe_source",
     "file_sha256",
+    "format_duration",
     "launch_state",
     "path_fingerprint",
     "write_text_atomically",

@@ -9,6 +9,7 @@ import logging
 
 import torch
 
+from .extras import require
 from .models.modeling_pacs import PACSModel
 from .models.modeling_polos import PolosModel
 from .pacs.loading import DTYPES, check_dtype, load_pacs_model, place, plain_model_type, resolve_device
@@ -57,6 +58,7 @@ def _load_pearl(name_or_path: str, device: str | None, dtype: str | None):
     """Pearl (model_type `pearl`): the head and its frozen encoders, as a `PearlScorer` with `score()`."""
     if dtype not in (None, "fp32", "float32"):
         raise ValueError(f"Pearl models run in fp32 only, got dtype {dtype!r}")
+    require("sentencepiece", "pearl", "Pearl")  # the XLM-R tokenizer of BEiT-3
     from .pearl.scorer import PearlScorer
 
     return PearlScorer.from_pretrained(name_or_path, device=str(resolve_device(device)))

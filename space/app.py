@@ -23,7 +23,6 @@ Call it from Python:
 """
 
 import argparse
-import html
 import ipaddress
 import logging
 import math
@@ -33,16 +32,16 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import gradio as gr
-import pandas as pd
 import PIL.Image
-from gradio.utils import get_upload_folder
 
 from modeling_pacs import PACSModel
+from modeling_pacs.extras import require
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import ImageInputError, load_image
 from modeling_pacs.variants import SPACE_CHOICES, tiny_alias
 
+gr = require("gradio", "demo", "The Space")
+pd = require("pandas", "demo", "The Space")
 logger = logging.getLogger("pacs_space")
 
 # Offline mode: a random 32-dim model stands in for the real ones (for tests and machines without the Hub).
@@ -74,6 +73,11 @@ REFUSED_IMAGE_MESSAGE = (
     "gradio_client.handle_file, which uploads it first)"
 )
 MAX_FILE_SIZE = "10mb"
+# What to do when a Hub model cannot be loaded on the operator's machine (shown once, in the page's message box).
+OFFLINE_FIX = (
+    "In this Space: connect this machine to the internet once (the model is then cached), or run the Space "
+    "offline with `python space/app.py --tiny` (random weights) or `--model DIR` (a local PAC-S++ model directory)."
+)
 # Requests scored at once; the rest wait in the queue (CPU Spaces gain nothing from more).
 CONCURRENCY_ENVIRONMENT_VARIABLE = "PACS_SPACE_CONCURRENCY"
 DEFAULT_CONCURRENCY_LIMIT = 2
@@ -137,8 +141,9 @@ def concurrency_limit() -> int:
 
 
 def shown(text: str, limit: int = 40) -> str:
-    """User text quoted in a message: cut to `limit` characters and HTML-escaped, as gradio renders messages as HTML."""
-    return html.escape(text if len(text) <= limit else text[:limit] + "...")
+    """User text quoted in a message, cut to `limit` characters. Messages are plain text: the page shows them in a
+    text box (`page_handler`), API clients read them as they are."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 # ---------------------------------------------------------------------------------------------------- models
@@ -232,7 +237,9 @@ class ModelCache:
             return load_model(name)
         except (OSError, ValueError) as error:
             if self.allow_typed_paths:
-                message = f"could not load model '{shown(name, limit=200)}': {html.escape(str(error))}"
+                message = f"could not load model '{shown(name, limit=200)}': {error}"
+                if not Path(name).expanduser().is_dir():  # a Hub model: the usual cause is a machine offline
+                    message += f"\n{OFFLINE_FIX}"
             else:  # the reason names server paths and Hub internals
                 incident = uuid.uuid4().hex[:8]
                 logger.error("incident %s: could not load model %r: %s", incident, name, error)
@@ -297,7 +304,7 @@ def uploaded_path(image: object) -> tuple[str, str]:
         raise refused
     try:
         path = os.path.realpath(image["path"])  # resolves `..` and links before the containment check
-        folder = os.path.realpath(get_upload_folder())
+        folder = os.path.realpath(gr.utils.get_upload_folder())
         inside = os.path.commonpath([folder, path]) == folder and path != folder
     except ValueError as error:  # a NUL byte, or a relative path on another drive
         raise refused from error
@@ -475,6 +482,22 @@ def results_json(table: pd.DataFrame, model: str) -> dict:
     }
 
 
+def page_handler(handler, num_outputs: int):
+    """The page's version of an endpoint: a `gr.Error` becomes one plain-text message in the message box (first
+    output) and empties the results, instead of a toast rendered as HTML and an "Error" badge on every output."""
+
+    def handle(*arguments):
+        try:
+            results = handler(*arguments)
+        except gr.Error as error:
+            text = str(error.message) if error.title in ("Error", None) else f"{error.title}: {error.message}"
+            return gr.update(value=text, visible=True), *([None] * num_outputs)
+        return gr.update(value="", visible=False), *results
+
+    handle.__name__ = f"{handler.__name__}_in_page"
+    return handle
+
+
 def run_guarded(handler, *arguments):
     """Run a request handler: its `gr.Error`s reach the visitor; anything else is logged with an incident id and
     shown without its class, message or any path (they may name server files)."""
@@ -539,8 +562,7 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
             with VideoFile(video) as clip:  # reads packets only: size and frame count before any decoding
                 width, height = clip.stream.width, clip.stream.height
         except (OSError, ValueError, ImportError) as error:
-            message = html.escape(str(error).replace(video, Path(video).name), quote=False)
-            raise gr.Error(message, title="Not a readable video") from error
+            raise gr.Error(str(error).replace(video, Path(video).name), title="Not a readable video") from error
         if width * height > MAX_IMAGE_PIXELS:
             raise gr.Error(f"the video is {width}x{height}: downscale it and upload it again", title="Video too large")
         models = cache.get(model)
@@ -575,7 +597,7 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
             results_json(table, model),
         )
 
-    with gr.Tab("Video captions"):
+    with gr.Tab("Video", id="video"):
         gr.Markdown(
             "Upload a short clip and candidate captions: each caption is matched to sampled frames token by token "
             "(precision, recall, F) and as a whole (coarse); the score is `(coarse + F) / 2`, averaged with the "
@@ -590,15 +612,21 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
                 captions = gr.Textbox(lines=5, label="Candidate captions (one per line)", elem_id="video-captions")
                 references = gr.Textbox(lines=3, label="Reference captions (optional)", elem_id="video-references")
                 button = gr.Button("Score video captions", variant="primary", elem_id="score-video-button")
+        message = gr.Textbox(label="Message", lines=2, interactive=False, visible=False, elem_id="video-message")
         best = gr.Textbox(label="Best caption", lines=2, interactive=False, elem_id="best-video-caption")
         table = gr.Dataframe(label="Captions, per-caption P/R/F/coarse", interactive=False, wrap=True)
         with gr.Accordion("Results as JSON", open=False):
             details = gr.JSON(label="details")
+        inputs = [video, captions, references, frames, model]
         button.click(
-            score_video,
-            inputs=[video, captions, references, frames, model],
-            outputs=[best, table, details],
-            api_name="score_video",
+            page_handler(score_video, 3),
+            inputs=inputs,
+            outputs=[message, best, table, details],
+            api_visibility="private",
+        )
+        # The API endpoint: the same scoring, its errors raised to the client (the page shows them as text).
+        gr.Button(visible=False).click(
+            score_video, inputs=inputs, outputs=[best, table, details], api_name="score_video"
         )
 
 
@@ -643,73 +671,78 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
         title="PAC-S++ caption scores", delete_cache=(UPLOAD_LIFETIME_SECONDS, UPLOAD_LIFETIME_SECONDS)
     ) as demo:
         gr.Markdown(
-            "# PAC-S++: which caption describes the image best?\n"
-            "Upload an image, write candidate captions (one per line) and, optionally, reference captions. "
-            "Each caption gets **CLIP-S** (plain CLIP), **PAC-S++** (reference-free) and, with references, "
-            "**RefPAC-S++**. Reference-free scores are `w · max(cos, 0)` (w = 2.5 for CLIP-S and PAC-S++); "
-            "higher is better."
+            "# PAC-S++: which caption describes the image (or the video) best?\n"
+            "Each candidate caption gets **CLIP-S** (plain CLIP), **PAC-S++** (reference-free) and, with reference "
+            "captions, **RefPAC-S++**. Reference-free scores are `w · max(cos, 0)` (w = 2.5 for CLIP-S and "
+            "PAC-S++); higher is better."
         )
         if tiny:
             gr.Markdown(
                 f"> **Offline mode ({TINY_ENVIRONMENT_VARIABLE}=1): tiny model with RANDOM weights.** "
                 "The scores are computed exactly as with the real models but mean nothing."
             )
-        with gr.Row():
-            with gr.Column():
-                image = gr.Image(
-                    type="filepath",
-                    sources=["upload", "clipboard"],
-                    label="Image",
-                    height=260,
+        with gr.Tabs():
+            with gr.Tab("Image", id="image"):
+                gr.Markdown("Upload an image, write candidate captions (one per line) and, optionally, references.")
+                with gr.Row():
+                    with gr.Column():
+                        image = gr.Image(type="filepath", sources=["upload", "clipboard"], label="Image", height=260)
+                        model = gr.Dropdown(
+                            choices=selector_entries,
+                            value=selector_entries[0],
+                            allow_custom_value=not public,
+                            label="Model",
+                            info="Pick a model"
+                            if public
+                            else "Pick a model or type the path of a local PAC-S++ model directory",
+                        )
+                    with gr.Column():
+                        captions = gr.Textbox(
+                            lines=6,
+                            label=f"Candidate captions (one per line, at most {MAX_CAPTIONS})",
+                            placeholder="a red circle on a white background\na blue square",
+                            elem_id="captions",
+                        )
+                        references = gr.Textbox(
+                            lines=3,
+                            label=f"Reference captions (optional, one per line, at most {MAX_REFERENCES})",
+                            elem_id="references",
+                        )
+                        button = gr.Button("Score captions", variant="primary", elem_id="score-button")
+                message = gr.Textbox(label="Message", lines=2, interactive=False, visible=False, elem_id="message")
+                best = gr.Textbox(label="Best caption", lines=2, interactive=False, elem_id="best-caption")
+                with gr.Row():
+                    table = gr.Dataframe(label="Ranked captions", interactive=False, elem_id="scores-table", wrap=True)
+                    chart = gr.BarPlot(
+                        x="bar",
+                        y="value",
+                        color="score",
+                        label="Scores (bars labelled by rank)",
+                        x_title="rank · score",
+                        y_title="score",
+                        x_label_angle=-45,
+                        colors_in_legend=[],  # the bar labels name each score; gradio's legend would be clipped
+                        height=380,
+                        elem_id="scores-chart",
+                    )
+                with gr.Accordion("Results as JSON", open=False):
+                    details = gr.JSON(label="details")
+                gr.Examples(examples=EXAMPLES, inputs=[image, captions, references])
+                inputs = [image, captions, references, model]
+                # preprocess=False: check_image reads the upload itself, so a bad file gets a readable error.
+                button.click(
+                    page_handler(score, 4),
+                    inputs=inputs,
+                    outputs=[message, best, table, chart, details],
+                    api_visibility="private",
+                    preprocess=False,
                 )
-                model = gr.Dropdown(
-                    choices=selector_entries,
-                    value=selector_entries[0],
-                    allow_custom_value=not public,
-                    label="Model",
-                    info="Pick a model"
-                    if public
-                    else "Pick a model or type the path of a local PAC-S++ model directory",
+                # The API endpoint: the same scoring, its errors raised to the client (the page shows them as text).
+                gr.Button(visible=False).click(
+                    score, inputs=inputs, outputs=[best, table, chart, details], api_name="score", preprocess=False
                 )
-            with gr.Column():
-                captions = gr.Textbox(
-                    lines=6,
-                    label=f"Candidate captions (one per line, at most {MAX_CAPTIONS})",
-                    placeholder="a red circle on a white background\na blue square",
-                    elem_id="captions",
-                )
-                references = gr.Textbox(
-                    lines=3,
-                    label=f"Reference captions (optional, one per line, at most {MAX_REFERENCES})",
-                    elem_id="references",
-                )
-                button = gr.Button("Score captions", variant="primary", elem_id="score-button")
-        best = gr.Textbox(label="Best caption", lines=2, interactive=False, elem_id="best-caption")
-        with gr.Row():
-            table = gr.Dataframe(label="Ranked captions", interactive=False, elem_id="scores-table", wrap=True)
-            chart = gr.BarPlot(
-                x="bar",
-                y="value",
-                color="score",
-                label="Scores (bars labelled by rank)",
-                x_title="rank · score",
-                y_title="score",
-                x_label_angle=-45,
-                colors_in_legend=[],  # the bar labels name each score; gradio's legend would be clipped anyway
-                height=380,
-            )
-        with gr.Accordion("Results as JSON", open=False):
-            details = gr.JSON(label="details")
-        gr.Examples(examples=EXAMPLES, inputs=[image, captions, references])
-        button.click(
-            score,
-            inputs=[image, captions, references, model],
-            outputs=[best, table, chart, details],
-            api_name="score",
-            preprocess=False,  # check_image reads the upload itself, so a bad file gets a readable error
-        )
+            build_video_tab(cache, selector_entries)
         gr.api(list_models, api_name="list_models")
-        build_video_tab(cache, selector_entries)
     demo.queue(default_concurrency_limit=concurrency_limit(), max_size=MAX_QUEUE_SIZE)
     return demo
 

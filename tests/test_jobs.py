@@ -1,10 +1,19 @@
 """modeling_pacs.jobs: the one engine for sharded, resumable, exactly-once work."""
 
+import io
 import json
 
 import pytest
 
-from modeling_pacs.jobs import RowBlock, ShardedJob, ShardReader, atomic_path, path_fingerprint
+from modeling_pacs.jobs import (
+    JobProgress,
+    RowBlock,
+    ShardedJob,
+    ShardReader,
+    atomic_path,
+    format_duration,
+    path_fingerprint,
+)
 
 
 def make_job(tmp_path, **kwargs) -> ShardedJob:
@@ -100,3 +109,54 @@ def test_a_non_empty_folder_that_is_not_a_job_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"job is not empty \(\['notes.txt'\]\) and holds no manifest.json: it is not"):
         make_job(tmp_path).start()
     assert [path.name for path in (tmp_path / "job").iterdir()] == ["notes.txt"]
+
+
+class FakeStream(io.StringIO):
+    def __init__(self, terminal: bool):
+        super().__init__()
+        self.terminal = terminal
+
+    def isatty(self) -> bool:
+        return self.terminal
+
+
+def test_progress_in_logs_writes_a_line_at_most_every_interval():
+    times = iter([100.0, 101.0, 103.0, 105.5, 106.0, 111.0, 111.5])
+    stream = FakeStream(terminal=False)
+    progress = JobProgress(total=1000, done=100, stream=stream, interval=5.0, clock=lambda: next(times))
+    for rows in (50, 50, 100, 100, 100, 50):  # at 101, 103, 105.5, 106, 111, 111.5 seconds
+        progress.update(rows)
+    progress.close()
+    # lines at 105.5 s (>= 5 s after the start) and 111 s (>= 5 s after 105.5), and the last one at close
+    rate_1, rate_2, rate_3 = 200 / 5.5, 400 / 11, 450 / 11.5
+    assert stream.getvalue().splitlines() == [
+        f"progress: 300/1000 rows (30.0%), {rate_1:.1f} rows/s, ETA {format_duration(700 / rate_1)}",
+        f"progress: 500/1000 rows (50.0%), {rate_2:.1f} rows/s, ETA {format_duration(500 / rate_2)}",
+        f"progress: 550/1000 rows (55.0%), {rate_3:.1f} rows/s, ETA {format_duration(450 / rate_3)}",
+    ]
+    assert format_duration(700 / rate_1) == "0:00:19" and format_duration(3725.2) == "1:02:05"
+
+
+def test_progress_without_total_never_counts_past_it_and_can_be_off():
+    times = iter(float(second) for second in range(10))
+    stream = FakeStream(terminal=False)
+    progress = JobProgress(total=None, stream=stream, interval=0.0, clock=lambda: next(times))
+    progress.update(30)
+    assert stream.getvalue() == "progress: 30 rows, 30.0 rows/s\n"
+    clipped = JobProgress(total=10, done=8, stream=FakeStream(terminal=False), clock=lambda: 1.0)
+    clipped.update(5)  # several processes are counted at the main process's pace: never past the total
+    assert clipped.done == 10
+    silent = FakeStream(terminal=True)
+    progress = JobProgress(total=10, enabled=False, stream=silent)
+    progress.update(10)
+    progress.close()
+    assert silent.getvalue() == ""
+
+
+def test_progress_on_a_terminal_is_a_bar_with_rate_and_eta():
+    stream = FakeStream(terminal=True)
+    progress = JobProgress(total=100, done=20, stream=stream)
+    progress.update(30)
+    progress.close()
+    text = stream.getvalue()
+    assert "50/100" in text and "rows/s" in text and "<" in text  # tqdm: elapsed<remaining

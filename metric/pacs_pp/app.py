@@ -4,7 +4,10 @@ import os
 from pathlib import Path
 
 import evaluate
-import gradio as gr
+
+from modeling_pacs.extras import require
+
+gr = require("gradio", "demo", "The metric's Space")
 
 # PACS_MODEL selects other weights (an alias, a Hub id, or "tiny" for an offline smoke run).
 metric = evaluate.load(str(Path(__file__).with_name("pacs_pp.py")), model=os.environ.get("PACS_MODEL"))

@@ -1,7 +1,6 @@
 """The captioner's evaluation report (docs/spec/pacs.md#scst, PAC-S++ paper Table 9): PAC-S++, RefPAC-S++, CLIP-S,
 RefCLIP-S, the grammar measures Rep-1..4 and %Incorrect, and BLEU-4 / CIDEr when `pycocoevalcap` is installed."""
 
-import importlib.util
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -9,6 +8,7 @@ from typing import Any
 import torch
 from transformers.utils import logging
 
+from ..extras import MissingExtraError, require
 from ..models.inputs import load_and_preprocess
 from ..models.modeling_captioner import PACSCaptionerForConditionalGeneration
 from ..models.modeling_pacs import PACSModel
@@ -72,7 +72,11 @@ def caption_report(
         report[prefix] = output.mean_score
         report[f"ref_{prefix}"] = output.mean_ref_score
     report.update(grammar_measures(captions))
-    if importlib.util.find_spec("pycocoevalcap") is not None:
+    try:
+        require("pycocoevalcap", "captioning", "Computing BLEU-4 and CIDEr")
+    except MissingExtraError as error:
+        skipped.append(f"bleu_4, cider: {error}")
+    else:
         from pycocoevalcap.bleu.bleu import Bleu
         from pycocoevalcap.cider.cider import Cider
 
@@ -81,8 +85,6 @@ def caption_report(
         bleu, _ = Bleu(4).compute_score(ground_truth, candidates, verbose=0)
         report["bleu_4"] = float(bleu[3])
         report["cider"] = float(Cider().compute_score(ground_truth, candidates)[0])
-    else:
-        skipped.append("bleu_4, cider: pycocoevalcap is not installed (pip install 'pacs-pp[captioning]')")
     for key, value in list(report.items()):
         if isinstance(value, float) and not math.isfinite(value):
             report[key] = None  # never NaN in JSON (an empty test split)

@@ -17,6 +17,7 @@ import datasets
 import numpy as np
 import PIL.Image
 
+from ..extras import require
 from .rewards import PACSReward
 
 PROMPT = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]}]
@@ -45,7 +46,8 @@ def grpo_trainer(
 ):  # fmt: skip
     """A `GRPOTrainer` (4 generations per prompt, completions of at most 8 tokens by default) whose reward is PAC-S++
     (RefPAC-S++ with `use_references`) of `reward_model`; returns (trainer, reward)."""
-    from trl import GRPOConfig, GRPOTrainer
+    trl = require("trl", "captioning", "The GRPO trainer")
+    GRPOConfig, GRPOTrainer = trl.GRPOConfig, trl.GRPOTrainer
 
     reward = PACSReward(reward_model, use_references=use_references)
     settings = {

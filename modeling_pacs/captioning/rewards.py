@@ -13,6 +13,7 @@ from typing import Any
 
 from transformers.utils import logging
 
+from ..extras import require
 from ..models.embedding_cache import EmbeddingCache
 from ..models.inputs import check_references
 from ..models.modeling_pacs import PACSModel
@@ -154,12 +155,9 @@ class CIDErDReward:
     """
 
     def __init__(self):
-        try:
-            from pycocoevalcap.cider.cider_scorer import CiderScorer
-        except ImportError as error:
-            raise ImportError(
-                "the CIDEr-D reward needs pycocoevalcap: pip install 'pacs-pp[captioning]' (or pycocoevalcap)"
-            ) from error
+        require("pycocoevalcap", "captioning", "The CIDEr-D reward")
+        from pycocoevalcap.cider.cider_scorer import CiderScorer
+
         self.scorer_class = CiderScorer
         self.__name__ = "cider_d_reward"
 

@@ -1,6 +1,10 @@
 """Argument types and parser helpers shared by every command line of the package."""
 
 import argparse
+import functools
+from collections.abc import Callable
+
+from ..extras import MissingExtraError
 
 
 def positive_int(text: str) -> int:
@@ -45,4 +49,35 @@ def docstring_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
     )
 
 
-__all__ = ["DTYPE_CHOICES", "add_device_arguments", "docstring_parser", "positive_float", "positive_int"]
+def add_example(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    """End `parser`'s help with `Example:` and one command to copy (every --help of the package ends so); the
+    description and epilog are then printed as written."""
+    example = f"Example:\n  {command}"
+    parser.epilog = f"{parser.epilog.rstrip()}\n\n{example}" if parser.epilog else example
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    return parser
+
+
+def exits_on_missing_extra(main: Callable) -> Callable:
+    """Wrap a command line's `main`: a missing optional dependency prints its message (which names the extra to
+    install) and exits with status 1, instead of a traceback."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except MissingExtraError as error:
+            raise SystemExit(f"error: {error}") from None
+
+    return wrapper
+
+
+__all__ = [
+    "DTYPE_CHOICES",
+    "add_device_arguments",
+    "add_example",
+    "docstring_parser",
+    "exits_on_missing_extra",
+    "positive_float",
+    "positive_int",
+]

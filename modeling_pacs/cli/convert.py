@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..pacs.convert import LORA_MODES, OPENAI_HEAD_DIM
 from ..variants import OFFICIAL_VARIANTS
+from .arguments import add_example, exits_on_missing_extra
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Converter:
     epilog: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     convert: Callable[[argparse.Namespace], None]
+    example: str  # one command line, the last line of --help
 
 
 def run_converter(convert: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
@@ -320,6 +322,7 @@ CONVERTERS = {
         PACS_EPILOG,
         add_pacs_arguments,
         convert_pacs,
+        example="pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 --output pac-s-pp",
     ),
     "convert-polos": Converter(
         "convert the released Polos checkpoint",
@@ -327,6 +330,7 @@ CONVERTERS = {
         POLOS_EPILOG,
         add_polos_arguments,
         convert_polos,
+        example="pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output polos-vit-b32",
     ),
     "convert-beit3": Converter(
         "convert unilm's BEiT-3 retrieval checkpoint for Pearl",
@@ -334,6 +338,7 @@ CONVERTERS = {
         BEIT3_EPILOG,
         add_beit3_arguments,
         convert_beit3,
+        example="pacs-pp convert-beit3 --checkpoint beit3_base_itc.pth --sentencepiece beit3.spm --output beit3",
     ),
     "convert-pearl": Converter(
         "convert a checkpoint written by Pearl's training code",
@@ -341,6 +346,7 @@ CONVERTERS = {
         PEARL_EPILOG,
         add_pearl_arguments,
         convert_pearl,
+        example='pacs-pp convert-pearl --checkpoint "run/epoch=3-step=1234.ckpt" --output pearl',
     ),
     "convert-longclip": Converter(
         "convert a Long-CLIP checkpoint (CLIP-S that reads 248 tokens)",
@@ -348,6 +354,7 @@ CONVERTERS = {
         LONGCLIP_EPILOG,
         add_longclip_arguments,
         convert_longclip,
+        example="pacs-pp convert-longclip --checkpoint longclip-B.pt --output clip-s-longclip-b16",
     ),
 }
 
@@ -357,7 +364,7 @@ def build_parser(command: str, parser: argparse.ArgumentParser | None = None) ->
     converter = CONVERTERS[command]
     parser = parser or argparse.ArgumentParser(prog=f"pacs-pp {command}")
     parser.description, parser.epilog = converter.description, converter.epilog
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_example(parser, converter.example)
     converter.add_arguments(parser)
     return parser
 
@@ -369,6 +376,7 @@ def run(command: str, args: argparse.Namespace) -> int:
 def converter_main(command: str) -> Callable[[list[str] | None], int]:
     """The `main(argv)` of a conversion script (`scripts/convert_*_checkpoint.py`)."""
 
+    @exits_on_missing_extra
     def main(argv: list[str] | None = None) -> int:
         return run(command, build_parser(command).parse_args(argv))
 

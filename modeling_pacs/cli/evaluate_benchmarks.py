@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_device_arguments
+from modeling_pacs.cli.arguments import add_device_arguments, add_example, exits_on_missing_extra
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
 from modeling_pacs.evaluation.harness import HarnessConfig, run
 from modeling_pacs.evaluation.report import format_systems, format_table
@@ -147,9 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="DetailCaps-4870: divide the GPT-4 scores by this for 1-R^2 only (correlations do not depend on it)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_example(
+        parser, "python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --model pac_s_pp_vit_b32"
+    )
     return parser
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -1,6 +1,6 @@
 """Run Pearl's frozen encoders once over a dataset and cache the features (sharded, resumable).
 
-    python scripts/extract_pearl_features.py --data data/ --images data/images --model PEARL_DIR --cache features/
+    python scripts/extract_pearl_features.py --data data/ --images data/images --model PEARL_DIR --cache f/
     python scripts/extract_pearl_features.py --data data/ --layout nebula --images imgs/ --model PEARL_DIR --cache f/
 
 PEARL_DIR is a Pearl model directory (its config names the encoders) or "tiny:DIR" to build a random tiny one there.
@@ -22,7 +22,10 @@ from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, fraction_outside
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
+from .arguments import add_example, exits_on_missing_extra
 
+
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-size", type=int, default=1024, help="keys per shard (> 0)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--no-progress", action="store_true")
+    add_example(
+        parser,
+        "python scripts/extract_pearl_features.py --data data/ --images data/images --model PEARL_DIR --cache f/",
+    )
     args = parser.parse_args(argv)
     if args.shard_size <= 0:
         parser.error("--shard-size must be > 0")

@@ -10,23 +10,32 @@ from pathlib import Path
 
 from ..output_paths import check_output_directory
 from . import convert
+from .arguments import add_example, exits_on_missing_extra
 from .convert import CONVERTERS
 from .score import SCORE_EPILOG, build_score_parser, run_score
 
 
-def main(argv: list[str] | None = None):
-    """`pacs-pp`: utilities (score, make-tiny, convert)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities")
-    commands = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The `pacs-pp` parser: one subparser per command, each `--help` ending with an example."""
+    parser = add_example(
+        argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities: score, make-tiny, the converters"),
+        "pacs-pp score captions.json --model tiny --output scores.json",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     score = commands.add_parser(
         "score",
-        help="score captions (same as pacs-score)",
+        help="score captions of images or videos (same as pacs-score)",
+        description="Score image (or video) captions with PAC-S++ and RefPAC-S++; also CLIP-S, PAC-S, Polos, Pearl.",
         epilog=SCORE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_example(score, "pacs-pp score captions.json --model tiny --output scores.json")
     build_score_parser(score)
-    tiny = commands.add_parser("make-tiny", help="save a random tiny model directory (offline tests and demos)")
+    tiny = commands.add_parser(
+        "make-tiny",
+        help="save a random tiny model directory (offline tests and demos)",
+        description="Save a tiny model with random weights (meaningless scores): offline tests, demos, smoke runs.",
+    )
+    add_example(tiny, "pacs-pp make-tiny tiny-model --variant pac_s_pp --backbone clip")
     tiny.add_argument("output", type=Path)
     tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
     tiny.add_argument("--seed", type=int, default=0)
@@ -37,13 +46,22 @@ def main(argv: list[str] | None = None):
     register = commands.add_parser(
         "register-metric",
         help="install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder",
+        description="Install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder.",
     )
+    add_example(register, "pacs-pp register-metric")
     register.add_argument(
         "--modules-cache",
         type=Path,
         help="evaluate's modules cache (default: $HF_MODULES_CACHE, i.e. $HF_HOME/modules)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+@exits_on_missing_extra
+def main(argv: list[str] | None = None):
+    """`pacs-pp`: utilities (score, make-tiny, the converters, register-metric)."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    args = build_parser().parse_args(argv)
     if args.command == "score":
         try:
             run_score(args)
@@ -70,4 +88,4 @@ def main(argv: list[str] | None = None):
         print("evaluate.load('pacs_pp') and evaluate.load('pacs-pp/pacs_pp') now load it from any folder, offline too")
 
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra
 from modeling_pacs.pearl.hadamard_init import (
     ACCEPTED_MSE,
     HADAMARD_INIT_PATH,
@@ -19,6 +20,7 @@ from modeling_pacs.pearl.hadamard_init import (
 )
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     defaults = HadamardRecipe()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--channels", type=int, nargs="+", default=list(defaults.channels))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (> 0)")
+    add_example(parser, "python scripts/pretrain_hadamard.py --steps 50 --output /tmp/h.safetensors")
     args = parser.parse_args(argv)
     if args.threads <= 0:
         parser.error("--threads must be > 0")

@@ -10,7 +10,7 @@ from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, 
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from ..output_paths import check_output_file
-from .arguments import add_device_arguments, positive_int
+from .arguments import add_device_arguments, add_example, exits_on_missing_extra, positive_int
 from .video import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
@@ -68,13 +68,14 @@ def quiet_loading(verbose: bool):
 
 # ---------------------------------------------------------------------------------------------------- commands
 def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(
-        prog="pacs-score",
-        description="Score image captions with PAC-S++ (reference-free) and RefPAC-S++ (with references); "
-        "also CLIP-S and PAC-S.",
-        epilog=SCORE_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    if parser is None:
+        parser = argparse.ArgumentParser(
+            prog="pacs-score",
+            description="Score image captions with PAC-S++ (reference-free) and RefPAC-S++ (with references); "
+            "also CLIP-S and PAC-S.",
+            epilog=SCORE_EPILOG,
+        )
+        add_example(parser, "pacs-score captions.json --model tiny --output scores.json")
     parser.add_argument("input", type=Path, help="captions file: .json mapping, .jsonl or .csv (see below)")
     parser.add_argument(
         "--model",
@@ -151,6 +152,7 @@ def run_score(args: argparse.Namespace) -> dict:
     return means
 
 
+@exits_on_missing_extra
 def score_main(argv: list[str] | None = None):
     """`pacs-score`: score captions from a JSON/JSONL/CSV file."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")

@@ -12,6 +12,9 @@ naming what changed. The machinery is `modeling_pacs.jobs.ShardedJob`.
 Inputs: `.jsonl`, `.csv` (references as a JSON list), `.parquet`, a `datasets` folder (`save_to_disk`), or a
 `datasets` name/folder for `load_dataset` (streamed, with `--split`).
 
+Progress (main process): on a terminal, a bar with rows done / total, rows/s and ETA over the whole corpus; when
+stderr is a log, a line at most every 5 s with the same figures; `--no-progress` turns it off.
+
 Examples:
     python scripts/score_corpus.py captions.jsonl --output-dir scores/
     accelerate launch --num_processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
@@ -32,14 +35,17 @@ from modeling_pacs.corpus_scoring import (
     csv_rows,
     dataset_blocks,
     jsonl_blocks,
+    jsonl_row_count,
     list_blocks,
     merge_shards,
     parquet_blocks,
+    parquet_row_count,
     parse_references,
     undecoded_images,
 )
 from modeling_pacs.data import is_saved_dataset
 from modeling_pacs.jobs import (
+    JobProgress,
     RowBlock,
     ShardedJob,
     ShardReader,
@@ -49,20 +55,23 @@ from modeling_pacs.jobs import (
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.output_paths import check_output_directory
 
+from .arguments import add_example, exits_on_missing_extra
+
 logger = logging.getLogger("score_corpus")
 
 
-def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
-    """The input as a stream of row blocks, whatever its format."""
+def open_corpus(args: argparse.Namespace, count: bool) -> tuple[Iterator[RowBlock], int | None]:
+    """The input as a stream of row blocks, whatever its format, and its number of rows when `count` is set and it
+    can be known (a streamed dataset's is not: None)."""
     source = args.input
     columns = [args.image_column, args.caption_column, *filter(None, [args.references_column]), *args.keep_columns]
     suffix = source.suffix.lower()
     if source.is_file() and suffix == ".jsonl":
-        return jsonl_blocks(source)
+        return jsonl_blocks(source), jsonl_row_count(source) if count else None
     if source.is_file() and suffix == ".csv":
-        return list_blocks(csv_rows(source))
+        return list_blocks(csv_rows(source)), sum(1 for _ in csv_rows(source)) if count else None
     if source.is_file() and suffix == ".parquet":
-        return parquet_blocks(source, columns)
+        return parquet_blocks(source, columns), parquet_row_count(source)
     if source.is_file():
         raise SystemExit(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
     import datasets
@@ -73,9 +82,9 @@ def open_corpus(args: argparse.Namespace) -> Iterator[RowBlock]:
             if args.split not in dataset:
                 raise SystemExit(f"{source}: no split '{args.split}' (splits: {sorted(dataset)}); pass --split")
             dataset = dataset[args.split]
-        return dataset_blocks(undecoded_images(dataset, args.image_column))
+        return dataset_blocks(undecoded_images(dataset, args.image_column)), len(dataset)
     streamed = datasets.load_dataset(str(source), split=args.split, streaming=True)
-    return list_blocks(iter(undecoded_images(streamed, args.image_column)))
+    return list_blocks(iter(undecoded_images(streamed, args.image_column))), None
 
 
 # ---------------------------------------------------------------------------------------------------- scoring
@@ -148,6 +157,14 @@ def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
     }
 
 
+def rows_done_before(job: ShardedJob, total: int | None) -> int:
+    """Rows of the shards finished by an earlier run (a resumed job starts its progress there)."""
+    finished = job.finished_shards()
+    if total is None:
+        return len(finished) * job.shard_size
+    return sum(len(job.shard_rows(shard, total)) for shard in finished)
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -172,9 +189,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=64, help="images per encoder batch (texts: 4x)")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
     parser.add_argument("--cpu", action="store_true", help="score on CPU; CPU processes join through gloo")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress (default: a bar with rows/s and ETA on a terminal; in logs, a line every few seconds)",
+    )
+    add_example(parser, "python scripts/score_corpus.py captions.jsonl --output-dir scores/")
     return parser
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> dict | None:
     """Score this process's shards, then (main process) merge everything. Returns the summary on the main process."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
@@ -208,10 +232,16 @@ def run(args: argparse.Namespace) -> dict | None:
     )
     wanted = job.start()
     model = load_model(args.model, device=str(state.device), dtype=None if args.dtype == "fp32" else args.dtype)
-    reader = ShardReader(open_corpus(args), args.shard_size, wanted)
+    show_progress = state.is_main_process and not args.no_progress
+    blocks, total = open_corpus(args, count=show_progress)
+    progress = JobProgress(total, rows_done_before(job, total), enabled=show_progress)
+    reader = ShardReader(blocks, args.shard_size, wanted)
     for shard, rows in reader:
         job.write_jsonl_shard(shard, score_shard(model, shard, rows, args, image_root))
         logger.info("process %d: shard %d (%d rows) done", state.process_index, shard, len(rows))
+        # The other processes score their own shards meanwhile: the main process counts them at its own pace.
+        progress.update(len(rows) * state.num_processes)
+    progress.close()
     state.wait_for_everyone()
     if not state.is_main_process:
         return None

@@ -19,7 +19,7 @@ Examples:
     # continue: --resume_from_checkpoint last. Rank 0 alone writes checkpoints, final/ and the evaluation report.
 
     # offline smoke run on tiny random models and a `save_to_disk` dataset with `image` and `captions` columns
-    python scripts/train_captioner.py --stage scst --tiny --reward_model tiny --dataset toy/ --output_dir runs/toy \\
+    python scripts/train_captioner.py --stage scst --tiny --reward_model tiny --dataset toy/ --output_dir toy \\
         --max_steps 4 --batch_size 2
 """
 
@@ -44,7 +44,7 @@ from modeling_pacs.captioning.training import (
     one_caption_per_row,
     xe_scheduler,
 )
-from modeling_pacs.cli.arguments import positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_float, positive_int
 from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.loading import load_model
@@ -99,6 +99,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     train.add_argument("--logging_steps", type=positive_int, default=10)
     train.add_argument("--seed", type=int, default=42)
     train.add_argument("--device", default=None, help="cpu to force the CPU (default: the Trainer's choice)")
+    add_example(
+        parser,
+        "python scripts/train_captioner.py --stage scst --tiny --reward_model tiny --dataset toy/ --output_dir toy",
+    )
     args = parser.parse_args(argv)
     if args.stage == "scst" and not (args.init or args.tiny):
         parser.error("--stage scst starts from an XE-trained captioner: pass --init DIR (or --tiny for smoke runs)")
@@ -128,6 +132,7 @@ def default_model(name: str | None, fallback: str, tiny: bool) -> str:
     return fallback
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)

@@ -49,6 +49,8 @@ from modeling_pacs.pacs.training import (
 from modeling_pacs.tokenization import build_processor
 from modeling_pacs.variants import PRETRAINED_MODELS, parse_tiny_alias
 
+from .arguments import add_example, exits_on_missing_extra
+
 logger = logging.getLogger("train_pacs")
 
 
@@ -100,11 +102,16 @@ class DataArguments:
     )
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     # docs/spec/pacs.md#training: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override
     # these.
     parser.set_defaults(learning_rate=1e-4, lr_scheduler_type="constant", optim="adamw_torch")
+    add_example(
+        parser,
+        "python scripts/train_pacs.py --recipe pac_s_pp --karpathy_json dataset_coco.json --image_root coco/",
+    )
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
     if model_args.recipe not in RECIPES:

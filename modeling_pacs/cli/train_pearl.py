@@ -28,7 +28,10 @@ from modeling_pacs.pearl.training import (
 )
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
+from .arguments import add_example, exits_on_missing_extra
 
+
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=PEARL_RECIPE["warmup_steps"])
     parser.add_argument("--resume", action="store_true", help="resume from the last checkpoint in --output")
     parser.add_argument("--overwrite", action="store_true", help="allow a non-empty --output without --resume")
+    add_example(
+        parser, "python scripts/train_pearl.py --data data/ --cache features/ --init PEARL_DIR --output runs/pearl"
+    )
     args = parser.parse_args(argv)
     if args.epochs <= 0 or args.batch_size <= 0 or args.learning_rate <= 0 or args.warmup_steps < 0:
         parser.error("--epochs, --batch-size and --learning-rate must be > 0, --warmup-steps >= 0")

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_float, positive_int
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.modeling_polos import PolosModel
@@ -35,6 +35,7 @@ from modeling_pacs.polos.training import (
 from modeling_pacs.supervised import EARLY_STOPPING
 
 
+@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="Polos directory, Hub id or 'tiny:polos' to start from")
@@ -50,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning_rate", type=positive_float, default=3e-5)
     parser.add_argument("--num_train_epochs", type=positive_int, default=100)
     parser.add_argument("--resume_from_checkpoint", help="a checkpoint-N folder of --output_dir")
+    add_example(
+        parser,
+        "python scripts/train_polos.py --model polos-init --train polaris_train.csv --validation polaris_val.csv",
+    )
     args = parser.parse_args(argv)
 
     model = load_model(args.model)

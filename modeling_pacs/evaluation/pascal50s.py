@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..extras import require
 from .benchmark import Benchmark, BenchmarkOptions, data_error, require_file, scores_for
 from .protocols import (
     PASCAL_TIE_POLICIES,
@@ -37,7 +38,8 @@ CONSENSUS_LAYOUT = (
 
 
 def load_mat(path: Path, layout: str, key: str):
-    import scipy.io  # optional dependency: extra "benchmarks"
+    require("scipy", "benchmarks", "Reading PASCAL-50S's .mat files")
+    import scipy.io
 
     require_file(path, layout, TITLE)
     try:

@@ -7,6 +7,7 @@ import logging
 import math
 from pathlib import Path
 
+from ..extras import MissingExtraError, require
 from ..jobs import write_text_atomically
 from ..variants import PAPER_NAMES
 
@@ -222,13 +223,13 @@ def write_reports(output_dir: Path, results: dict, plots: dict[str, list[tuple[s
         markdown += "\n" + format_systems(results["systems"], markdown=True)
     write_text_atomically(output_dir / "results.md", [markdown])
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        logger.warning("matplotlib is not installed: no plots (pip install 'pacs-pp[benchmarks]')")
+        matplotlib = require("matplotlib", "benchmarks", "Plots of the benchmark results")
+    except MissingExtraError as error:
+        logger.warning(f"{error} (results.json and results.md are written without them)")
         return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     for name, series in plots.items():
         figure, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3.6), squeeze=False)
         for axis, (label, human, metric) in zip(axes[0], series):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..caption_files import attach_references, read_items
 from ..captioning.grammar import grammar_measures
+from ..extras import MissingExtraError, require
 from ..variants import PAPER_NAMES
 from .benchmark import parse_named
 
@@ -21,16 +22,15 @@ def coco_caption_metrics(
     """BLEU-4, METEOR, ROUGE-L, CIDEr, SPICE (x100; the ones named in `metrics`) over the system's captions, and notes
     for whatever could not run."""
     try:
+        require("pycocoevalcap", "captioning", "Computing BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE")
         from pycocoevalcap.bleu.bleu import Bleu
         from pycocoevalcap.cider.cider import Cider
         from pycocoevalcap.meteor.meteor import Meteor
         from pycocoevalcap.rouge.rouge import Rouge
         from pycocoevalcap.spice.spice import Spice
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
-    except ImportError:
-        return {}, [
-            "BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: pip install pycocoevalcap (and Java for METEOR/SPICE)"
-        ]
+    except MissingExtraError as error:
+        return {}, [f"{error} (and Java for METEOR/SPICE); those columns are absent"]
     try:  # the COCO evaluation's own tokenisation (Stanford PTB tokenizer, Java)
         tokenizer = PTBTokenizer()
         references = tokenizer.tokenize(

@@ -7,6 +7,7 @@ models, and so do Pearl's CLIP encoder and anything else that needs a PACSModel 
 import torch
 from transformers import AutoConfig
 
+from ..extras import require
 from ..models.modeling_pacs import PACSModel
 
 DTYPES = {
@@ -76,6 +77,8 @@ def load_pacs_model(name_or_path: str, device: str | None = None, dtype: str | N
     if model_type == "clip":
         loaded = PACSModel.from_clip(name_or_path, dtype=torch.float32)
     elif model_type in ("siglip", "siglip2"):
+        if model_type == "siglip":  # SigLIP's tokenizer is sentencepiece-based; SigLIP 2's is not
+            require("sentencepiece", "siglip", "SigLIP")
         loaded = PACSModel.from_siglip(name_or_path, dtype=torch.float32)
     else:
         loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32)

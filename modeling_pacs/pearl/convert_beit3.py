@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..encoders.beit3 import BEIT3_MAX_TEXT_LENGTH, BEiT3Config, BEiT3ForRetrieval
+from ..extras import require
 from ..models.modeling_pacs import make_world_readable
 
 
@@ -37,6 +38,7 @@ def convert_beit3_checkpoint(
     The checkpoint is read with `weights_only=True`. Every checkpoint key must be used and every shape must match,
     otherwise a ValueError lists the offending keys.
     """
+    require("sentencepiece", "pearl", "Converting BEiT-3 (its XLM-R tokenizer)")
     from transformers import XLMRobertaTokenizer
 
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from transformers import EvalPrediction
 
+from ..extras import require
+
 # Polos's metrics (its `regression_metrics.py`): name -> correlation.
 REGRESSION_METRICS = {"pearson": "pearson", "kendall": "kendall_c", "spearman": "spearman"}
 CORRELATIONS = ("pearson", "spearman", "kendall_b", "kendall_c")
@@ -13,6 +15,7 @@ CORRELATIONS = ("pearson", "spearman", "kendall_b", "kendall_c")
 
 def correlation(predictions: np.ndarray, targets: np.ndarray, kind: str) -> float:
     """One of [`CORRELATIONS`] from scipy; 0.0 where it is undefined (never NaN, which JSON cannot hold)."""
+    require("scipy", "train", "Validation correlations")
     from scipy import stats
 
     if kind == "pearson":

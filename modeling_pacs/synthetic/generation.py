@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from ..extras import require
 from ..jobs import ShardedJob
 
 logger = logging.getLogger(__name__)
@@ -294,7 +295,7 @@ class StableDiffusionGenerator:
     """
 
     def __init__(self, settings: GenerationSettings, device: str | torch.device):
-        import diffusers
+        diffusers = require("diffusers", "generate", "Generating synthetic images")
 
         self.settings = settings
         kwargs = {"revision": settings.generator_revision, "dtype": DTYPES[settings.dtype]}

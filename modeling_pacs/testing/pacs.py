@@ -19,6 +19,7 @@ from transformers import (
     SiglipConfig,
 )
 
+from ..extras import require
 from ..hub import save_remote_code_model
 from ..models.backbones import multihead_attention_projections
 from ..models.configuration_pacs import PACSConfig
@@ -64,8 +65,7 @@ def tiny_caption_corpus(num_sentences: int = 2000, seed: int = 0) -> list[str]:
 @lru_cache(maxsize=1)
 def tiny_sentencepiece_model() -> bytes:
     """A unigram sentencepiece model with SigLIP's special ids (`<pad>` 0, `</s>` 1, `<unk>` 2), trained in code."""
-    import sentencepiece
-
+    sentencepiece = require("sentencepiece", "siglip", "SigLIP")
     model = io.BytesIO()
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(tiny_caption_corpus()),
@@ -88,6 +88,7 @@ def tiny_sentencepiece_model() -> bytes:
 
 def build_siglip_tokenizer(model_max_length: int = 64) -> PreTrainedTokenizerBase:
     """transformers' real `SiglipTokenizer` (sentencepiece, lowercasing, punctuation stripped) on a tiny vocabulary."""
+    require("sentencepiece", "siglip", "SigLIP")
     from transformers import SiglipTokenizer
 
     with tempfile.TemporaryDirectory() as directory:

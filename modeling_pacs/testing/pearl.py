@@ -111,10 +111,12 @@ def make_tiny_beit3(directory: str | Path, seed: int = 0) -> Path:
     import io
     import tempfile
 
-    import sentencepiece
     from transformers import XLMRobertaTokenizer
 
     from ..encoders.beit3 import BEiT3Config, BEiT3ForRetrieval
+    from ..extras import require
+
+    sentencepiece = require("sentencepiece", "pearl", "Pearl")
 
     torch.manual_seed(seed)
     directory = Path(directory)
@@ -176,8 +178,10 @@ def tiny_pearl_model_config() -> PearlConfig:
 
 def make_tiny_pearl(directory: str | Path, seed: int = 0) -> Path:
     """Save a complete tiny Pearl directory: the model plus `encoders/{clip,beit3,blip2,stella}`."""
+    from ..extras import require
     from .pacs import make_tiny_model
 
+    require("sentencepiece", "pearl", "Pearl")  # before any encoder is built: BEiT-3's tokenizer needs it
     directory = Path(directory)
     make_tiny_model(directory / "encoders" / "clip", variant="pac_s_pp", seed=seed)
     make_tiny_blip2(directory / "encoders" / "blip2", seed=seed)

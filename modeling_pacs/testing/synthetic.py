@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ..extras import require
 from ..tokenization import build_clip_tokenizer
 
 # A word-piece vocabulary for the tiny BLIP: BERT's special tokens, BLIP's decoder-start token and some words.
@@ -86,6 +87,7 @@ def make_tiny_stable_diffusion(
     32
     ```
     """
+    require("diffusers", "generate", "The tiny Stable Diffusion")
     from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline, UNet2DConditionModel
     from diffusers.pipelines.stable_diffusion.safety_checker import StableDiffusionSafetyChecker
     from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPTextConfig, CLIPTextModel

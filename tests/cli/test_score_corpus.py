@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -244,3 +245,27 @@ def test_resume_over_changed_input_image_root_or_model_is_refused(tiny_model_dir
         score_corpus.main([str(corpus), *output, "--model", str(other_model)])
     # nothing was merged over the old scores: the refused runs changed no file
     assert read_scores(tmp_path / "out") == before
+
+
+def test_progress_lines_in_logs_resume_and_no_progress(tiny_model_dir, tmp_path, capsys):
+    make_corpus(tmp_path, 45)
+    command = [str(tmp_path / "corpus.jsonl"), "--model", tiny_model_dir, "--shard-size", "20"]
+    line = re.compile(r"progress: (\d+)/45 rows \((\d+\.\d)%\), \d+\.\d rows/s, ETA \d+:\d\d:\d\d")
+
+    def progress_lines() -> list[re.Match]:
+        lines = [text for text in capsys.readouterr().err.splitlines() if text.startswith("progress:")]
+        assert all(line.fullmatch(text) for text in lines), lines
+        return [line.fullmatch(text) for text in lines]
+
+    score_corpus.main([*command, "--output-dir", str(tmp_path / "out")])  # stderr is not a terminal here
+    lines = progress_lines()
+    assert lines and lines[-1].group(1, 2) == ("45", "100.0")  # at most one line every 5 s, and the last one
+    done = [int(match.group(1)) for match in lines]
+    assert done == sorted(done)
+
+    (tmp_path / "out" / "shards" / "shard-0000001.jsonl").unlink()  # resume: 25 of the 45 rows are done
+    score_corpus.main([*command, "--output-dir", str(tmp_path / "out")])
+    assert [match.group(1) for match in progress_lines()][-1] == "45"
+
+    score_corpus.main([*command, "--output-dir", str(tmp_path / "quiet"), "--no-progress"])
+    assert progress_lines() == []

@@ -268,7 +268,8 @@ def test_system_level_rows(tmp_path, model_dir, model, monkeypatch):
         assert row["measures"][f"Ref{model_dir}"] == pytest.approx(expected.mean_ref_score, abs=1e-6)
     assert rows[1]["measures"]["%Incorrect"] == pytest.approx(200 / 3)
     assert results["systems"]["notes"] == [
-        "BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: pip install pycocoevalcap (and Java for METEOR/SPICE)"
+        "Computing BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE needs pycocoevalcap: pip install 'pacs-pp[captioning]' "
+        "(and Java for METEOR/SPICE); those columns are absent"
     ]
     assert "CIDEr" not in rows[0]["measures"]
 

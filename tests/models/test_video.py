@@ -335,8 +335,9 @@ def test_bad_parameters_are_rejected(tiny_model, clips):
 def test_missing_pyav_names_the_extra(tiny_model, clips, monkeypatch):
     paths, frames = clips
     monkeypatch.setitem(sys.modules, "av", None)
-    with pytest.raises(ImportError, match=r"reading video files needs PyAV: `pip install 'pacs-pp\[video\]'`"):
+    with pytest.raises(ImportError) as raised:
         tiny_model.score_videos(paths[:1], ["a"])
+    assert str(raised.value) == "Reading video files needs av: pip install 'pacs-pp[video]'"
     assert tiny_model.score_videos([as_images(frames[0])], ["a"]).scores.shape == (1,)
 
 

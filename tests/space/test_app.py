@@ -400,19 +400,22 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
             page.goto(space_url)
             best_caption = page.locator("#best-caption textarea")
+            message = page.locator("#message textarea")
 
-            # A violated limit is shown in the page.
+            # A violated limit is shown once, as text in the message box: no toast, no "Error" badge on the outputs.
+            page.locator("#captions textarea").fill("it's a caption")
             page.locator("#score-button").click()
-            toast = page.locator(".toast-body").filter(has_text="enter at least one candidate caption")
-            toast.first.wait_for()
-            page.locator(".toast-close").first.click()  # error toasts stay until closed
-            toast.first.wait_for(state="detached")
+            expect(message).to_have_value("No image: upload an image first (or click one of the examples below)")
+            error_badges = page.locator("span.error").count()
+            tabs = [name.strip() for name in page.get_by_role("tab").all_inner_texts()]  # the page is rendered now
+            toasts = page.locator(".toast-body").count()
 
             page.locator("input[type=file]").first.set_input_files(str(RED_CIRCLE))
             page.locator("#captions textarea").fill("\n".join(captions))
             page.locator("#references textarea").fill("\n".join(references))
             page.locator("#score-button").click()
             expect(best_caption).to_have_value(starts_with(f"“{ranked[0]}”\n"))
+            expect(page.locator("#message")).to_be_hidden()  # a scored request clears the message
             page.locator("#scores-table [data-testid='cell-2-4']").wait_for()
             page.screenshot(path=str(screenshot), full_page=True)
 
@@ -434,12 +437,14 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
             page.locator("#score-button").click()
             expect(best_caption).to_have_value(starts_with(f"“{HOSTILE_CAPTION}”\n"))
             expect(page.locator("#scores-table [data-testid='cell-0-1']")).to_have_text(HOSTILE_CAPTION)
-            # Messages are HTML in gradio: a caption quoted in one is escaped, so it reads verbatim there too.
-            page.locator("#captions textarea").fill("<b>bold</b> <img src=x>" + "x" * 300)
+            # Messages are plain text: a caption quoted in one reads verbatim, quotes and tags included.
+            page.locator("#captions textarea").fill("it's <b>bold</b> <img src=x>" + "x" * 300)
             page.locator("#score-button").click()
-            page.locator(".toast-body").filter(has_text="caption 1 ('<b>bold</b> <img src=x>xxx").first.wait_for()
+            expect(message).to_have_value(
+                starts_with("Caption too long: caption 1 ('it's <b>bold</b> <img src=x>xxxxxxxxxxxx...') is 328 ")
+            )
             hostile_elements = page.locator(
-                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong, .toast-body b"
+                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong, #message b"
             )
             hostile_count = hostile_elements.count()
         finally:
@@ -447,6 +452,8 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
 
     assert hostile_count == 0
     assert dialogs == []  # the onerror handler never ran
+    assert tabs == ["Image", "Video"]
+    assert (error_badges, toasts) == (0, 0)
 
     assert [header.strip() for header in headers] == ["#", "caption", "CLIP-S", "PAC-S++", "RefPAC-S++"]
     for rank, (row, caption) in enumerate(zip(rows, ranked), start=1):
@@ -610,14 +617,14 @@ def test_captions_are_text_in_the_heading_table_and_json(client, space_models):
         (
             "captions",
             "<b>bold</b>" + "x" * 300,
-            "caption 1 ('&lt;b&gt;bold&lt;/b&gt;" + "x" * 29 + "...') is 311 characters long; the limit is 300",
+            "caption 1 ('<b>bold</b>" + "x" * 29 + "...') is 311 characters long; the limit is 300",
         ),
-        ("model", "<a href=http://x>model</a>", "model '&lt;a href=http://x&gt;model&lt;/a&gt;' is neither one of"),
+        ("model", "<a href=http://x>model</a>", "model '<a href=http://x>model</a>' is neither one of"),
     ],
 )
 def test_malformed_form_values_get_a_message(client, space_url, field, value, message):
-    """API clients can post any JSON: each form value gets a message naming it; user text in messages is escaped
-    (gradio renders messages as HTML)."""
+    """API clients can post any JSON: each form value gets a message naming it; user text in messages is quoted
+    verbatim (messages are plain text: the page shows them in a text box)."""
     data = {"captions": "a red circle", "references": "", "model": TINY_CHOICE}
     data[field] = value
     with pytest.raises(AppError) as raised:
@@ -651,7 +658,7 @@ def test_upload_paths_must_resolve_into_the_upload_folder(app, tmp_path):
     shutil.copy(RED_CIRCLE, inside)
     assert app.uploaded_path({"path": str(inside), "orig_name": "../../<b>cat</b>.png"}) == (
         str(inside.resolve()),
-        "../../<b>cat</b>.png",  # a name, shown escaped; never used as a path
+        "../../<b>cat</b>.png",  # a name, quoted as plain text; never used as a path
     )
     assert app.uploaded_path({"path": str(inside)}) == (str(inside.resolve()), "red_circle.png")
     link = uploads / "link.png"
@@ -761,7 +768,7 @@ def test_non_finite_scores_are_never_shown(app):
     with pytest.raises(app.gr.Error) as raised:
         app.score_request(request, app.ScoringModels(clip_s=None, pac_s=NaNModel()))
     assert raised.value.message == (
-        "PAC-S++ of caption 2 ('&lt;b&gt;b&lt;/b&gt;') came out as nan, not a number: the model is faulty (this is "
+        "PAC-S++ of caption 2 ('<b>b</b>') came out as nan, not a number: the model is faulty (this is "
         "logged); pick another model"
     )
 
@@ -819,3 +826,69 @@ def test_public_space_hides_why_a_local_models_clip_is_missing(app, space_models
 
 def test_uploads_are_deleted_after_an_hour(app):
     assert app.build_demo(tiny=True, public=True).delete_cache == (3600, 3600)
+
+
+def page_event(demo, name: str):
+    """The function behind the page's button (not an API endpoint), by the name `page_handler` gives it."""
+    handlers = [function.fn for function in demo.fns.values() if function.fn.__name__ == f"{name}_in_page"]
+    assert len(handlers) == 1
+    return handlers[0]
+
+
+def test_page_has_an_image_tab_and_a_video_tab_holding_their_forms(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    demo = app.build_demo(tiny=True, public=True)
+    tabs = [block for block in demo.blocks.values() if isinstance(block, app.gr.Tab)]
+    assert [tab.label for tab in tabs] == ["Image", "Video"]
+    for tab, kind in zip(tabs, (app.gr.Image, app.gr.File)):
+        inside = list(tab.children)
+        forms = []
+        while inside:
+            block = inside.pop()
+            forms += [block] if isinstance(block, kind) else []
+            inside += getattr(block, "children", [])
+        assert len(forms) == 1, (tab.label, kind)
+
+
+def test_page_shows_an_error_once_as_plain_text_and_refuses_server_files(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    page = page_event(app.build_demo(tiny=True, public=True), "score")
+    caption = "it's <b>bold</b> & " + "x" * 300
+    message, *outputs = page({"path": str(RED_CIRCLE)}, "a red circle", "", app.TINY_CHOICE)
+    assert outputs == [None, None, None, None]  # results emptied, no "Error" badge on them
+    assert message["visible"] is True
+    assert message["value"] == "Image not accepted: " + app.REFUSED_IMAGE_MESSAGE  # a server file, by its path
+    uploaded = tmp_path / "uploads" / "0123abcd" / "red_circle.png"
+    uploaded.parent.mkdir()
+    shutil.copy(RED_CIRCLE, uploaded)
+    message, *outputs = page({"path": str(uploaded)}, caption, "", app.TINY_CHOICE)
+    assert message["value"] == (
+        "Caption too long: caption 1 ('it's <b>bold</b> & xxxxxxxxxxxxxxxxxxxxx...') is 319 characters long; the "
+        "limit is 300: shorten it"
+    )  # verbatim: no &#x27; or &lt;b&gt;
+    message, best, *_ = page({"path": str(uploaded)}, "a red circle", "", app.TINY_CHOICE)
+    assert message == {"__type__": "update", "value": "", "visible": False} and best.startswith("“a red circle”")
+
+
+def test_offline_default_model_says_so_once_with_the_fix(app, tmp_path, monkeypatch):
+    """The Hub models cannot be loaded (no network): one message, the core's reason and the Space's fix."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    reason = "'openai/clip-vit-base-patch32' is not a local model directory and the Hugging Face Hub did not provide it"
+
+    def offline(name, *arguments, **keywords):
+        raise OSError(reason)
+
+    monkeypatch.setattr(app, "load_model", offline)
+    demo = app.build_demo(tiny=False, public=False)
+    page = page_event(demo, "score")
+    uploaded = tmp_path / "uploads" / "0123abcd" / "red_circle.png"
+    uploaded.parent.mkdir()
+    shutil.copy(RED_CIRCLE, uploaded)
+    default = next(iter(app.HUB_CHOICES))
+    message, *outputs = page({"path": str(uploaded)}, "a red circle", "", default)
+    clip_s_name = app.HUB_CHOICES[default][0]
+    assert message["value"] == (
+        f"Model not available: could not load model '{clip_s_name}': {reason}\n{app.OFFLINE_FIX}"
+    )
+    assert message["value"].count("Model not available") == 1 and outputs == [None, None, None, None]
+    assert "--tiny" in app.OFFLINE_FIX and "--model DIR" in app.OFFLINE_FIX

@@ -35,7 +35,7 @@ def upload_folder(app, tmp_path):
     """A folder inside gradio's upload folder: the only place the handler reads files from."""
     import uuid
 
-    folder = Path(app.get_upload_folder()) / f"test-{uuid.uuid4().hex}"
+    folder = Path(app.gr.utils.get_upload_folder()) / f"test-{uuid.uuid4().hex}"
     folder.mkdir(parents=True)
     yield folder
     import shutil
