@@ -1,8 +1,11 @@
 """One job engine for sharded, resumable, exactly-once work: corpus scoring, synthetic data, benchmarks, SCST eval.
 
 A job turns N items into shards of `shard_size` consecutive items; shard k is written once, atomically, to
-`OUTPUT_DIR/shards/shard-KKKKKKK<suffix>`. A rerun skips the shards already there, so an interrupted job resumes
-without redoing or losing work (a process killed mid-write leaves only a hidden `.*.tmp` file, never a shard).
+`OUTPUT_DIR/shards/shard-KKKKKKK<suffix>`, beside a record `shard-KKKKKKK<suffix>.checksum.json` of its size, blake2b
+checksum and row count, written before the shard is renamed into place. A rerun verifies every finished shard against
+its record and skips the sound ones, so an interrupted job resumes without redoing or losing work (a process killed
+mid-write leaves only a hidden `.*.tmp` file, never a shard); a truncated, corrupted or unrecorded shard is logged by
+name and recomputed, and the merge verifies again, so a damaged shard is never merged (docs/concepts/recovery.md).
 `OUTPUT_DIR/manifest.json` pins what the shards were computed from (input content, image root, model, options); a
 rerun with anything different is refused with a message naming what changed. The merge reads the shards in order and
 checks that every item is there exactly once.
@@ -34,6 +37,7 @@ import bisect
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
@@ -44,8 +48,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+logger = logging.getLogger(__name__)
+
 SHARD_DIGITS = 7
 MANIFEST_NAME = "manifest.json"
+RECORD_SUFFIX = ".checksum.json"
+# Written into the manifest of a job whose every shard has a record; a manifest without it (an older version's job)
+# still resumes, its unrecorded shards verified by reading them. Not compared on resume.
+RECORDS_KEY = "shard_records"
+RECORDS_VERSION = "blake2b-256"
 
 
 # ---------------------------------------------------------------------------------------------------- atomic files
@@ -124,6 +135,92 @@ def describe_source(name: str | Path) -> dict:
     if path.exists():
         return {"name": str(path.resolve()), "fingerprint": path_fingerprint(path)}
     return {"name": str(name), "fingerprint": None}
+
+
+# ---------------------------------------------------------------------------------------------------- shard records
+def file_blake2b(path: Path) -> str:
+    """`blake2b:<hex>` (256 bits) of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.blake2b(digest_size=32)
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return f"blake2b:{digest.hexdigest()}"
+
+
+def record_path(path: Path) -> Path:
+    """Where the record of the shard at `path` lives: beside it, `<name>.checksum.json`."""
+    path = Path(path)
+    return path.with_name(path.name + RECORD_SUFFIX)
+
+
+def write_recorded(path: str | os.PathLike, write: Callable[[Path], None], rows: int | None = None) -> dict:
+    """Write a shard atomically with its record (size, checksum, row count) and return the record.
+
+    `write(temporary)` writes the whole shard in any format. The record is renamed into place before the shard, so
+    a shard on disk always has the record of its own bytes; a kill between the two leaves a record without a shard
+    (or beside an older shard it does not match), which verification reports and the job recomputes.
+    """
+    path = Path(path)
+    with atomic_path(path) as temporary:
+        write(temporary)
+        record = {"file": path.name, "bytes": temporary.stat().st_size, "checksum": file_blake2b(temporary)}
+        record["rows"] = rows
+        write_text_atomically(record_path(path), [json.dumps(record) + "\n"])
+    return record
+
+
+def shard_damage(
+    path: str | os.PathLike,
+    *,
+    require_record: bool = True,
+    expected_rows: int | None = None,
+    count_rows: Callable[[Path], int] | None = None,
+) -> str | None:
+    """Why the shard at `path` cannot be trusted, or `None` when it is sound.
+
+    A recorded shard is sound when its size and blake2b checksum equal its record's (and its recorded row count is
+    `expected_rows`, when given). A shard without a record is damaged when `require_record`; otherwise (a shard
+    written by an older version) it is verified as far as possible: `count_rows(path)` must read it whole and give
+    `expected_rows`.
+    """
+    path = Path(path)
+    record_file = record_path(path)
+    if not path.is_file():
+        return "its file is missing" + (" (its record is there)" if record_file.is_file() else "")
+    if not record_file.is_file():
+        if require_record:
+            return f"it has no checksum record ({record_file.name} is missing)"
+        if count_rows is None:
+            return None
+        try:
+            rows = count_rows(path)
+        except Exception as error:  # any reader's failure means the same: the shard is unreadable
+            return f"it cannot be read ({type(error).__name__}: {str(error)[:200]})"
+        if expected_rows is not None and rows != expected_rows:
+            return f"it holds {rows} rows where {expected_rows} belong"
+        return None
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        recorded_size, recorded_checksum = int(record["bytes"]), str(record["checksum"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"its checksum record {record_file.name} is unreadable ({type(error).__name__})"
+    size = path.stat().st_size
+    if size != recorded_size:
+        return f"it is truncated or extended ({size} bytes, {recorded_size} recorded)"
+    if file_blake2b(path) != recorded_checksum:
+        return "checksum mismatch (its bytes changed since it was written)"
+    if expected_rows is not None and record.get("rows") not in (None, expected_rows):
+        return f"its record counts {record['rows']} rows where {expected_rows} belong"
+    return None
+
+
+def remove_stale_temporaries(*folders: Path):
+    """Delete the `.*.tmp` files that writers killed mid-write (`atomic_path`) left in `folders`; call once every
+    writer has finished."""
+    for folder in folders:
+        for stale in Path(folder).glob(".*.tmp"):
+            if stale.is_file():
+                stale.unlink(missing_ok=True)
 
 
 # ---------------------------------------------------------------------------------------------------- streaming rows
@@ -210,6 +307,8 @@ class ShardedJob:
         process_index, num_processes: this process among those that meet at `barrier`.
         machine_index, num_machines: this machine among independent machines (static split, no communication).
         barrier: waits for every process (e.g. `PartialState().wait_for_everyone`); a no-op for one process.
+        read_shard: reads a shard's rows; verifies shards an older version wrote without a record (default: JSON
+            lines for `.jsonl` shards; without one such shards are trusted as they are).
 
     Example:
 
@@ -235,6 +334,7 @@ class ShardedJob:
         machine_index: int = 0,
         num_machines: int = 1,
         barrier: Callable[[], None] = lambda: None,
+        read_shard: Callable[[Path], Iterable[dict]] | None = None,
     ):
         if shard_size < 1:
             raise ValueError(f"shard_size must be at least 1, got {shard_size}")
@@ -252,6 +352,10 @@ class ShardedJob:
         self.process_index, self.num_processes = process_index, num_processes
         self.machine_index, self.num_machines = machine_index, num_machines
         self.barrier = barrier
+        if read_shard is None and shard_suffix == ".jsonl":
+            read_shard = self.read_jsonl_shard
+        self.read_shard = read_shard
+        self.records_required = None  # known once the manifest is read: False for an older version's job
 
     @property
     def is_main_process(self) -> bool:
@@ -262,9 +366,37 @@ class ShardedJob:
         return self.shard_dir / f"shard-{shard:0{SHARD_DIGITS}d}{self.shard_suffix}"
 
     def finished_shards(self) -> list[int]:
-        """Indices of the shards on disk, sorted (temporary files of killed writers are not shards)."""
+        """Indices of the shards on disk, sorted (temporary files of killed writers are not shards); `start` and the
+        merge verify them (`verify_shards`)."""
         pattern = f"shard-{'[0-9]' * SHARD_DIGITS}{self.shard_suffix}"
         return sorted(int(path.name[6 : 6 + SHARD_DIGITS]) for path in self.shard_dir.glob(pattern))
+
+    def recorded_shards(self) -> list[int]:
+        """Indices of the shards that have a record on disk (with or without their shard file), sorted."""
+        pattern = f"shard-{'[0-9]' * SHARD_DIGITS}{self.shard_suffix}{RECORD_SUFFIX}"
+        return sorted(int(path.name[6 : 6 + SHARD_DIGITS]) for path in self.shard_dir.glob(pattern))
+
+    def shard_damage(self, shard: int) -> str | None:
+        """Why shard k cannot be trusted (`shard_damage`), or `None` when it is sound."""
+        if self.records_required is None:
+            self.records_required = self.manifest_records_shards()
+        read_shard = self.read_shard
+        return shard_damage(
+            self.shard_path(shard),
+            require_record=self.records_required,
+            count_rows=None if read_shard is None else lambda path: sum(1 for _ in read_shard(path)),
+        )
+
+    def verify_shards(self, shards: Iterable[int]) -> tuple[list[int], dict[int, str]]:
+        """Split shards into the sound ones (sorted) and `{shard: why}` for the damaged ones."""
+        sound, damaged = [], {}
+        for shard in sorted(shards):
+            problem = self.shard_damage(shard)
+            if problem is None:
+                sound.append(shard)
+            else:
+                damaged[shard] = problem
+        return sound, damaged
 
     def num_shards(self, num_items: int) -> int:
         return math.ceil(num_items / self.shard_size)
@@ -274,6 +406,16 @@ class ShardedJob:
         return range(shard * self.shard_size, min((shard + 1) * self.shard_size, num_items))
 
     # ------------------------------------------------------------------------------------------ start
+    def manifest_records_shards(self) -> bool:
+        """Whether this job's manifest says every shard has a record (false for a job of an older version)."""
+        path = self.output_dir / MANIFEST_NAME
+        if not path.is_file():
+            return True
+        try:
+            return json.loads(path.read_text(encoding="utf-8")).get(RECORDS_KEY) == RECORDS_VERSION
+        except (OSError, ValueError, AttributeError):
+            return True
+
     def check_manifest(self):
         """Refuse shards of a different run (naming what changed) and a non-empty folder that is not a job's; the main
         process writes the manifest of a new job."""
@@ -281,8 +423,11 @@ class ShardedJob:
         if path.is_file():
             try:
                 previous = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as error:
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise SystemExit(f"{path} is not valid JSON ({error}): use a new output folder") from None
+            if not isinstance(previous, dict):
+                raise SystemExit(f"{path} is not a job manifest (a JSON object): use a new output folder")
+            self.records_required = previous.pop(RECORDS_KEY, None) == RECORDS_VERSION
             keys = list(dict.fromkeys([*self.manifest, *previous]))
             changed = [key for key in keys if previous.get(key) != self.manifest.get(key)]
             if changed:
@@ -302,14 +447,21 @@ class ShardedJob:
                     f"{self.output_dir} is not empty ({sorted(foreign)[:5] or 'shards'}) and holds no {MANIFEST_NAME}: "
                     "it is not this job's folder; use a new or empty output folder"
                 )
+            self.records_required = True
             if self.is_main_process:
-                write_text_atomically(path, [json.dumps(self.manifest, indent=2) + "\n"])
+                manifest = {**self.manifest, RECORDS_KEY: RECORDS_VERSION}
+                write_text_atomically(path, [json.dumps(manifest, indent=2) + "\n"])
 
     def start(self) -> Callable[[int], bool]:
-        """Create the folders, check the manifest, and return `wanted(k)`: whether this process does shard k."""
+        """Create the folders, check the manifest, verify this machine's finished shards, and return `wanted(k)`:
+        whether this process does shard k (a damaged shard is logged by name and counts as unfinished)."""
         self.check_manifest()
         self.shard_dir.mkdir(parents=True, exist_ok=True)
-        finished = [k for k in self.finished_shards() if k % self.num_machines == self.machine_index]
+        on_disk = set(self.finished_shards()) | set(self.recorded_shards())
+        finished, damaged = self.verify_shards(k for k in on_disk if k % self.num_machines == self.machine_index)
+        if self.is_main_process:
+            for shard, problem in damaged.items():
+                logger.warning("shard %d (%s) is damaged: %s; recomputing", shard, self.shard_path(shard), problem)
         self.barrier()  # every process has listed the finished shards before any writes a new one
         finished_set = set(finished)
 
@@ -323,16 +475,21 @@ class ShardedJob:
         return wanted
 
     # ------------------------------------------------------------------------------------------ writing
-    def write_shard(self, shard: int, write: Callable[[Path], None]):
-        """Write shard k atomically: `write(path)` writes the whole shard to a temporary path in any format."""
-        with atomic_path(self.shard_path(shard)) as temporary:
-            write(temporary)
+    def write_shard(self, shard: int, write: Callable[[Path], None], rows: int | None = None):
+        """Write shard k atomically with its record: `write(path)` writes the whole shard to a temporary path in any
+        format; `rows` (the number of rows it holds) is recorded and checked by the merge."""
+        write_recorded(self.shard_path(shard), write, rows)
 
     def write_jsonl_shard(self, shard: int, rows: Iterable[dict]):
         """Write shard k as JSON lines (no NaN or Infinity: they are not JSON)."""
-        write_text_atomically(
-            self.shard_path(shard), (json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n" for row in rows)
-        )
+        rows = list(rows)
+
+        def write(path: Path):
+            with path.open("w", encoding="utf-8", newline="") as file:
+                for row in rows:
+                    file.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+
+        self.write_shard(shard, write, rows=len(rows))
 
     @staticmethod
     def read_jsonl_shard(path: Path) -> Iterator[dict]:
@@ -366,7 +523,7 @@ class ShardedJob:
             )
         expected = 0
         for shard in range(self.num_shards(num_items)):
-            for row in read_shard(self.shard_path(shard)):
+            for row in self.verified_rows(shard, read_shard):
                 if row[id_key] != expected:
                     raise SystemExit(f"shard {shard} has {id_key} {row[id_key]} where {id_key} {expected} belongs")
                 expected += 1
@@ -374,10 +531,32 @@ class ShardedJob:
         if expected != num_rows:
             raise SystemExit(f"the shards hold {expected} rows, the input {num_rows}: delete {self.shard_dir}, rerun")
 
+    def verified_rows(self, shard: int, read_shard: Callable[[Path], Iterable[dict]]) -> list[dict]:
+        """Shard k's rows, after verifying it again: a damaged shard stops the merge with a message naming it."""
+        path = self.shard_path(shard)
+        advice = "rerun the same command to recompute it"
+        problem = self.shard_damage(shard)
+        if problem is not None:
+            raise SystemExit(f"shard {shard} ({path}) is damaged: {problem}; {advice}")
+        try:
+            rows = list(read_shard(path))
+        except Exception as error:  # any reader's failure means the same: the shard is unreadable
+            raise SystemExit(
+                f"shard {shard} ({path}) is damaged: it cannot be read ({type(error).__name__}: {str(error)[:200]}); "
+                f"{advice}"
+            ) from None
+        try:
+            recorded = json.loads(record_path(path).read_text(encoding="utf-8")).get("rows")
+        except FileNotFoundError:
+            recorded = None  # an older version's shard, verified by reading it
+        if recorded is not None and recorded != len(rows):
+            raise SystemExit(f"shard {shard} ({path}) holds {len(rows)} rows, its record {recorded}; {advice}")
+        return rows
+
     def remove_temporaries(self):
-        """Delete `.*.tmp` files left by processes killed mid-write; call once every writer has finished."""
-        for stale in self.shard_dir.glob(".*.tmp"):
-            stale.unlink(missing_ok=True)
+        """Delete the `.*.tmp` files that processes killed mid-write left (shards, records, and the merged outputs
+        and manifest in the job's folder); call once every writer has finished."""
+        remove_stale_temporaries(self.shard_dir, self.output_dir)
 
 
 # ---------------------------------------------------------------------------------------------------- progress
@@ -476,9 +655,14 @@ __all__ = [
     "ShardedJob",
     "atomic_path",
     "describe_source",
+    "file_blake2b",
     "file_sha256",
     "format_duration",
     "launch_state",
     "path_fingerprint",
+    "record_path",
+    "remove_stale_temporaries",
+    "shard_damage",
+    "write_recorded",
     "write_text_atomically",
 ]

@@ -235,7 +235,9 @@ class ModelCache:
         """`load_model(name)`; a failure is a `gr.Error` with the reason (public Space: logged, not shown)."""
         try:
             return load_model(name)
-        except (OSError, ValueError) as error:
+        except (
+            Exception
+        ) as error:  # any damage (bad JSON, a truncated safetensors file): nothing is cached, a retry loads
             if self.allow_typed_paths:
                 message = f"could not load model '{shown(name, limit=200)}': {error}"
                 if not Path(name).expanduser().is_dir():  # a Hub model: the usual cause is a machine offline

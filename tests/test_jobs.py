@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,7 @@ from modeling_pacs.jobs import (
     atomic_path,
     format_duration,
     path_fingerprint,
+    record_path,
 )
 
 
@@ -22,9 +24,10 @@ def make_job(tmp_path, **kwargs) -> ShardedJob:
 
 def test_machines_and_processes_split_every_shard_exactly_once(tmp_path):
     num_shards = 23
-    make_job(tmp_path).start()
+    earlier = make_job(tmp_path)
+    earlier.start()
     for finished in (0, 4, 5, 9, 22):  # an interrupted earlier run
-        (tmp_path / "job" / "shards" / f"shard-{finished:07d}.jsonl").write_text("")
+        earlier.write_jsonl_shard(finished, [])
     owners = {}
     for machine in range(3):
         for process in range(2):
@@ -60,7 +63,11 @@ def test_merge_checks_every_item_exactly_once(tmp_path):
 
 def test_manifest_refuses_a_different_run_naming_what_changed(tmp_path):
     make_job(tmp_path).start()
-    assert json.loads((tmp_path / "job" / "manifest.json").read_text()) == {"input": "numbers", "shard_size": 3}
+    assert json.loads((tmp_path / "job" / "manifest.json").read_text()) == {
+        "input": "numbers",
+        "shard_size": 3,
+        "shard_records": "blake2b-256",
+    }
     other = ShardedJob(tmp_path / "job", {"input": "letters", "seed": 1}, shard_size=4)
     with pytest.raises(
         SystemExit,
@@ -160,3 +167,129 @@ def test_progress_on_a_terminal_is_a_bar_with_rate_and_eta():
     progress.close()
     text = stream.getvalue()
     assert "50/100" in text and "rows/s" in text and "<" in text  # tqdm: elapsed<remaining
+
+
+# ---------------------------------------------------------------------------------------------------- damaged shards
+def finished_job(tmp_path, num_items: int = 10) -> ShardedJob:
+    job = make_job(tmp_path)
+    job.start()
+    for shard in range(job.num_shards(num_items)):
+        job.write_jsonl_shard(shard, [{"row": row, "value": row / 7} for row in job.shard_rows(shard, num_items)])
+    return job
+
+
+def cut_last_line(path):
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]))
+
+
+SHARD_DAMAGES = {  # damage -> what the message says
+    "truncated mid-line": (lambda path: path.write_bytes(path.read_bytes()[:7]), "truncated or extended"),
+    "cut at a line boundary": (cut_last_line, "truncated or extended"),
+    "emptied": (lambda path: path.write_bytes(b""), "truncated or extended"),
+    "bytes flipped": (lambda path: path.write_bytes(path.read_bytes().replace(b"row", b"r\xffw")), "checksum mismatch"),
+    "bytes appended": (lambda path: path.write_bytes(path.read_bytes() + b'{"row": 5}\n'), "truncated or extended"),
+    "record deleted": (lambda path: record_path(path).unlink(), "has no checksum record"),
+    "record corrupted": (lambda path: record_path(path).write_text("{"), "checksum record .* is unreadable"),
+    "record emptied": (lambda path: record_path(path).write_text(""), "checksum record .* is unreadable"),
+}
+
+
+@pytest.mark.parametrize("damage", SHARD_DAMAGES)
+def test_a_damaged_shard_is_never_merged_and_a_restart_recomputes_it(tmp_path, damage, caplog):
+    job = finished_job(tmp_path)
+    damage_shard, message = SHARD_DAMAGES[damage]
+    path = job.shard_path(1)
+    damage_shard(path)
+    with pytest.raises(
+        SystemExit, match=rf"shard 1 \(.*shard-0000001.jsonl\) is damaged: .*{message}.*; rerun the same"
+    ):
+        list(job.merged_rows(10, job.read_jsonl_shard))
+    restarted = make_job(tmp_path)
+    with caplog.at_level("WARNING", logger="modeling_pacs.jobs"):
+        wanted = restarted.start()
+    assert [shard for shard in range(4) if wanted(shard)] == [1]
+    assert len(caplog.records) == 1
+    assert re.fullmatch(
+        rf"shard 1 \({re.escape(str(path))}\) is damaged: .*{message}.*; recomputing", caplog.messages[0]
+    )
+    restarted.write_jsonl_shard(1, [{"row": row, "value": row / 7} for row in (3, 4, 5)])
+    assert [row["value"] for row in restarted.merged_rows(10, job.read_jsonl_shard)] == [row / 7 for row in range(10)]
+
+
+def test_a_deleted_shard_whose_record_remains_is_named_and_recomputed(tmp_path, caplog):
+    job = finished_job(tmp_path)
+    job.shard_path(2).unlink()  # also what a kill between the record's rename and the shard's leaves
+    with pytest.raises(SystemExit, match=r"shards \[2\] of 4 are missing"):
+        list(job.merged_rows(10, job.read_jsonl_shard))
+    with caplog.at_level("WARNING", logger="modeling_pacs.jobs"):
+        wanted = make_job(tmp_path).start()
+    assert [shard for shard in range(4) if wanted(shard)] == [2]
+    assert "shard 2 (" in caplog.text and "its file is missing (its record is there); recomputing" in caplog.text
+
+
+def test_records_hold_size_checksum_and_rows_and_are_written_before_the_shard(tmp_path, monkeypatch):
+    import hashlib
+
+    job = finished_job(tmp_path)
+    path = job.shard_path(3)
+    record = json.loads(record_path(path).read_text())
+    digest = hashlib.blake2b(path.read_bytes(), digest_size=32).hexdigest()
+    assert record == {"file": path.name, "bytes": path.stat().st_size, "checksum": f"blake2b:{digest}", "rows": 1}
+    # a writer killed after the record's rename and before the shard's leaves a record, never an unrecorded shard
+    import modeling_pacs.jobs as jobs
+
+    def killed(*args):
+        raise KeyboardInterrupt("killed")
+
+    real_replace = jobs.os.replace
+    monkeypatch.setattr(
+        jobs.os, "replace", lambda source, target: (killed if target == path else real_replace)(source, target)
+    )
+    path.unlink()
+    with pytest.raises(KeyboardInterrupt):
+        job.write_jsonl_shard(3, [{"row": 9, "value": 9 / 7}])
+    assert not path.exists() and record_path(path).is_file()
+
+
+def test_an_older_versions_job_without_records_still_resumes(tmp_path, caplog):
+    job = finished_job(tmp_path)
+    manifest = tmp_path / "job" / "manifest.json"
+    manifest.write_text(json.dumps({"input": "numbers", "shard_size": 3}))  # as the previous version wrote it
+    for shard in range(4):
+        record_path(job.shard_path(shard)).unlink()
+    job.shard_path(0).write_text('{"row": 0, "value": 0.0}\n{"row": 1, "val')  # a damaged legacy shard
+    job.shard_path(3).unlink()
+    modified = {shard: job.shard_path(shard).stat().st_mtime_ns for shard in (1, 2)}
+    resumed = make_job(tmp_path)
+    with caplog.at_level("WARNING", logger="modeling_pacs.jobs"):
+        wanted = resumed.start()
+    assert [shard for shard in range(4) if wanted(shard)] == [0, 3]
+    assert "shard 0 (" in caplog.text and "it cannot be read (JSONDecodeError" in caplog.text
+    for shard in (0, 3):
+        resumed.write_jsonl_shard(shard, [{"row": row, "value": row / 7} for row in resumed.shard_rows(shard, 10)])
+    assert [row["value"] for row in resumed.merged_rows(10, job.read_jsonl_shard)] == [row / 7 for row in range(10)]
+    assert {shard: job.shard_path(shard).stat().st_mtime_ns for shard in (1, 2)} == modified
+    assert json.loads(manifest.read_text()) == {"input": "numbers", "shard_size": 3}  # still an older version's job
+    # a legacy shard that parses but is short is not merged either
+    cut_last_line(job.shard_path(1))
+    record_path(job.shard_path(1)).unlink(missing_ok=True)
+    with pytest.raises(SystemExit, match="shard 2 has row 6 where row 5 belongs"):
+        list(resumed.merged_rows(10, job.read_jsonl_shard))
+
+
+def test_the_next_successful_run_removes_the_temporaries_of_killed_writers_and_merges(tmp_path):
+    job = finished_job(tmp_path)
+    leftovers = [
+        tmp_path / "job" / ".scores.jsonl.a1b2c3.tmp",  # a killed merge
+        tmp_path / "job" / ".summary.json.a1b2c3.tmp",
+        tmp_path / "job" / "shards" / ".shard-0000001.jsonl.a1b2c3.tmp",  # a killed shard writer
+        tmp_path / "job" / "shards" / ".shard-0000001.jsonl.checksum.json.a1b2c3.tmp",
+    ]
+    for leftover in leftovers:
+        leftover.write_text("half")
+    (tmp_path / "job" / "notes.tmp").write_text("not the engine's: kept")
+    assert [row["row"] for row in make_job(tmp_path).merged_rows(10, job.read_jsonl_shard)] == list(range(10))
+    job.remove_temporaries()
+    assert not any(leftover.exists() for leftover in leftovers)
+    assert (tmp_path / "job" / "notes.tmp").exists()

@@ -46,6 +46,7 @@ from modeling_pacs.synthetic.generation import (
     dataset_images,
     generate_shard,
     karpathy_images,
+    read_shard_ids,
     resolve_revision,
     rewrite_row_groups,
     summarize,
@@ -215,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             machine_index=args.shard_id,
             num_machines=args.num_shards,
             barrier=state.wait_for_everyone,
+            read_shard=read_shard_ids,  # verifies shards an older version wrote without a checksum record
         )
     except OutputPathError as error:
         raise SystemExit(f"--output-dir: {error}") from None
@@ -287,7 +289,7 @@ def generate(job: ShardedJob, shards: list[int], sources: list, settings: Genera
                 args.image_batch_size,
                 progress,
             )
-            job.write_shard(shard, lambda path, rows=rows: write_parquet(rows, path))
+            job.write_shard(shard, lambda path, rows=rows: write_parquet(rows, path), rows=len(rows))
             logger.info(
                 "process %d: shard %d (%d rows, %d unreadable images) done",
                 state.process_index,

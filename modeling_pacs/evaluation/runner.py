@@ -124,6 +124,8 @@ def score_image_items(
         for column in SCORE_COLUMNS:
             if column in row:
                 scores[column][row["id"]] = row[column]
+    if job is not None:
+        job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
     return {column: values for column, values in scores.items() if values}, counts
 
 

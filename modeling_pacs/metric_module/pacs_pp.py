@@ -3,8 +3,13 @@
 A thin wrapper: models load through `modeling_pacs.loading.load_model` and every score comes from
 `PACSModel.score`. Images never pass through Arrow as pixels: paths are stored as strings, and in-memory images
 (PIL, arrays, bytes) stay in this process until `compute`, so nothing is re-encoded to PNG.
+
+State after a failure (docs/concepts/recovery.md): a failed `add_batch` stores nothing and keeps the rows of earlier
+calls; a failed `compute` drops every pending row (those of earlier `add_batch` calls too), as a successful one
+consumes them, and its message says how many were dropped; the next computation starts empty.
 """
 
+import contextlib
 import os
 
 import datasets
@@ -166,7 +171,7 @@ class PACSPlusPlus(evaluate.Metric):
         """Validate a batch (clear messages naming the item) and store it; images stay paths or in memory."""
         if kwargs:
             raise ValueError(f"unexpected inputs {sorted(kwargs)}: pass predictions=, images= and references=")
-        images, self.input_kind = check_video_batch(images, videos, self.input_kind, len(self))
+        images, input_kind = check_video_batch(images, videos, self.input_kind, len(self))
         if predictions is None or images is None:
             raise ValueError("pass both predictions= (captions) and images= (one image per caption)")
         start = len(self)
@@ -181,7 +186,11 @@ class PACSPlusPlus(evaluate.Metric):
             references = [[] for _ in predictions]
         else:
             references = check_references(references, len(predictions))
-        super().add_batch(predictions=predictions, images=self._store_images(images, start), references=references)
+        stored, in_memory = self._store_images(images, start, input_kind)
+        super().add_batch(predictions=predictions, images=stored, references=references)
+        # only a batch that was stored changes the state: a failed one leaves the earlier rows as they were
+        self.in_memory_images.extend(in_memory)
+        self.input_kind = input_kind
 
     def add(self, *, prediction=None, image=None, reference=None, **kwargs):
         """Add one caption with its image (and optionally its list of references)."""
@@ -193,37 +202,75 @@ class PACSPlusPlus(evaluate.Metric):
         )
 
     def compute(self, *, predictions=None, images=None, references=None, videos=None, **kwargs) -> dict | None:
-        """Score everything added so far plus the given batch; see the module description for the outputs."""
+        """Score everything added so far plus the given batch; see the module description for the outputs.
+
+        Success or failure, the pending rows are consumed: a failed computation drops them (its message says how many
+        came from earlier `add_batch` calls), so the next one scores only what is added after it.
+        """
+        pending = len(self)
         try:
             if predictions is not None or images is not None or references is not None or videos is not None:
                 self.add_batch(predictions=predictions, images=images, references=references, videos=videos)
             elif self.writer is None:
                 raise ValueError("nothing to score: pass predictions= and images= to compute, or call add_batch first")
             return super().compute(**kwargs)
+        except Exception as error:
+            self.drop_pending_rows()
+            if not pending:
+                raise
+            note = (
+                f" (nothing was scored: the {pending} pending rows of earlier add_batch calls were dropped; add them "
+                "again to retry)"
+            )
+            try:
+                annotated = type(error)(f"{error}{note}")
+            except Exception:  # an exception type that takes other arguments keeps its message
+                raise error from None
+            raise annotated.with_traceback(error.__traceback__) from None
         finally:
             self.in_memory_images = []
             self.input_kind = None
 
-    def _store_images(self, images: list, start: int) -> list[str]:
-        """Paths become strings for the Arrow column; other images stay here and a placeholder goes to Arrow."""
-        stored = []
+    def drop_pending_rows(self):
+        """Forget every row added since the last computation, with `evaluate`'s cache file and its lock."""
+        if self.writer is not None:
+            with contextlib.suppress(Exception):  # a writer broken by the failure is being thrown away anyway
+                self.writer.finalize()
+        self.writer = self.data = self.buf_writer = None
+        locks = [self.filelock] if self.filelock is not None else []
+        locks += getattr(self, "filelocks", None) or []
+        paths = [self.cache_file_name] if self.cache_file_name else []
+        paths += getattr(self, "file_paths", None) or []
+        for lock in locks:
+            lock.release()
+        if self.process_id == 0:  # as evaluate itself does: process 0 removes the computation's cache files
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+        self.cache_file_name = self.filelock = self.selected_feature_format = None
+        self.filelocks = self.file_paths = None
+
+    def _store_images(self, images: list, start: int, input_kind: str) -> tuple[list[str], list]:
+        """Paths become strings for the Arrow column; other images stay here (returned second: `add_batch` keeps them
+        once the batch is stored) and a placeholder goes to Arrow."""
+        stored, in_memory = [], []
         for offset, image in enumerate(images):
             index = start + offset
             if isinstance(image, dict) and self.input_kind != "videos":
                 image = image_source(image, f"image {index}")  # its bytes or its path; refused without either
             if isinstance(image, (str, os.PathLike)):
                 path = os.fspath(image)
-                if not os.path.isfile(path) and not (self.input_kind == "videos" and os.path.isdir(path)):
+                if not os.path.isfile(path) and not (input_kind == "videos" and os.path.isdir(path)):
                     raise FileNotFoundError(f"image {index} ('{path}') does not exist or is not a file")
                 stored.append(path)
-            elif isinstance(image, IN_MEMORY_TYPES) or self.input_kind == "videos":
-                stored.append(f"{IN_MEMORY_PREFIX}{self.process_id}:{len(self.in_memory_images)}>")
-                self.in_memory_images.append(image)
+            elif isinstance(image, IN_MEMORY_TYPES) or input_kind == "videos":
+                stored.append(f"{IN_MEMORY_PREFIX}{self.process_id}:{len(self.in_memory_images) + len(in_memory)}>")
+                in_memory.append(image)
             else:
                 raise TypeError(
                     f"image {index} is {describe_image(image)}: pass a path, a PIL image, a numpy array or bytes"
                 )
-        return stored
+        return stored, in_memory
 
     def _restore_images(self, stored: list[str]) -> list:
         images = []

@@ -81,6 +81,13 @@ def image_content_key(image: Any) -> str | None:
     return digest.hexdigest()
 
 
+def embedding_checksum(embedding: torch.Tensor) -> str:
+    """blake2b of an embedding's dtype, shape and bytes: a stored entry whose bytes changed is not trusted."""
+    digest = hashlib.blake2b(f"{embedding.dtype}{tuple(embedding.shape)}".encode(), digest_size=16)
+    digest.update(embedding.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 class EmbeddingCache:
     r"""
     Bounded, content-keyed cache of the embeddings of a [`PACSModel`], optionally persisted in a directory.
@@ -181,19 +188,18 @@ class EmbeddingCache:
                 if key is not None:
                     first_missing[key] = position
                 missing.append(position)
-        hits, misses = len(found), len(missing)
-        if missing:  # an input the model refuses raises here, before anything is stored or counted
+        if missing:
             with self._encoding_misses():
-                encoded = encode_missing(missing)
+                encoded = encode_missing(missing)  # a failure here (bad input) leaves the cache as it was
             for row, position in enumerate(missing):
                 found[position] = encoded[row].clone()
                 if keys[position] is not None:
                     self._put((fingerprint, kind, keys[position]), found[position])
+        with self._lock:  # counted once the call succeeded: a failed call is neither a hit nor a miss
+            self.hits += len(found) - len(missing)
+            self.misses += len(missing)
         for position, source in duplicates.items():
             found[position] = found[source]
-        with self._lock:
-            self.hits += hits
-            self.misses += misses
         if not items:
             return torch.zeros(0, model.config.backbone_config.projection_dim)
         return torch.stack([found[position] for position in range(len(items))])
@@ -216,12 +222,15 @@ class EmbeddingCache:
             return None
         try:
             stored = torch.load(path, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, EOFError):
-            return None  # a damaged file is a miss; it is rewritten atomically below
-        if stored.get("content") != key[2]:
+        except Exception:  # any damage (truncated, garbage, not a zip, not a pickle) is a miss, rewritten below
+            return None
+        if not isinstance(stored, dict) or stored.get("content") != key[2]:
             return None  # a hash collision of the file name: never return another input's embedding
-        self._remember(key, stored["embedding"])
-        return stored["embedding"]
+        embedding = stored.get("embedding")
+        if not isinstance(embedding, torch.Tensor) or stored.get("checksum") != embedding_checksum(embedding):
+            return None  # changed bytes (or a file written before entries had checksums): recomputed and rewritten
+        self._remember(key, embedding)
+        return embedding
 
     def _put(self, key: tuple[str, str, str], embedding: torch.Tensor):
         self._remember(key, embedding)
@@ -230,7 +239,7 @@ class EmbeddingCache:
         path = self._file(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
-        torch.save({"content": key[2], "embedding": embedding}, buffer)
+        torch.save({"content": key[2], "embedding": embedding, "checksum": embedding_checksum(embedding)}, buffer)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(handle, "wb") as file:

@@ -8,8 +8,11 @@ text):
     CACHE/<encoder>/texts-00000.safetensors   `features` [n, dim] for text keys [i*S, (i+1)*S)
     CACHE/image_keys.json, CACHE/text_keys.json
 
-Each shard is written to a temporary file and renamed into place, so an interrupted run leaves only whole shards;
-running again skips them (resumable, nothing computed twice, nothing lost). A changed key list is refused.
+Each shard is written to a temporary file and renamed into place, beside a record of its size, checksum and row
+count (`<shard>.checksum.json`, the job engine's `modeling_pacs.jobs.write_recorded`), so an interrupted run leaves only
+whole shards; running again verifies and skips them (resumable, nothing computed twice, nothing lost), and a
+truncated, corrupted or unrecorded shard is logged by name and recomputed; reading the cache verifies every shard
+again (docs/concepts/recovery.md). A changed key list is refused.
 """
 
 import hashlib
@@ -22,6 +25,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from ..jobs import RECORDS_KEY, RECORDS_VERSION, record_path, remove_stale_temporaries, shard_damage, write_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +48,20 @@ def write_json_atomically(path: Path, content) -> None:
 
 
 def save_tensor_atomically(path: Path, features: torch.Tensor) -> None:
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    save_file({"features": features.contiguous()}, temporary)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
+    """One shard, atomically, with its checksum record (`modeling_pacs.jobs.write_recorded`)."""
+    write_recorded(path, lambda temporary: save_file({"features": features.contiguous()}, temporary), len(features))
+
+
+def count_feature_rows(path: Path) -> int:
+    return load_file(path)["features"].shape[0]
+
+
+def feature_shard_damage(path: Path, expected_rows: int, records_required: bool) -> str | None:
+    """Why a feature shard cannot be trusted (`modeling_pacs.jobs.shard_damage`), or `None`; a cache written before
+    shards had records is verified by loading each shard and counting its rows."""
+    return shard_damage(
+        path, require_record=records_required, expected_rows=expected_rows, count_rows=count_feature_rows
+    )
 
 
 def extract_features(
@@ -86,8 +100,10 @@ def extract_features(
         "shard_size": shard_size,
     }
     manifest_path = cache_dir / MANIFEST
+    records_required = True
     if manifest_path.is_file():
         existing = json.loads(manifest_path.read_text(encoding="utf-8"))
+        records_required = existing.pop(RECORDS_KEY, None) == RECORDS_VERSION  # not compared: a format marker
         if existing != manifest:
             raise ValueError(
                 f"feature cache '{cache_dir}' was built for other data or encoders (its manifest differs): "
@@ -96,7 +112,7 @@ def extract_features(
     else:
         write_json_atomically(cache_dir / "image_keys.json", image_keys)
         write_json_atomically(cache_dir / "text_keys.json", texts)
-        write_json_atomically(manifest_path, manifest)
+        write_json_atomically(manifest_path, {**manifest, RECORDS_KEY: RECORDS_VERSION})
     jobs = []
     for name, encoder in encoders.items():
         (cache_dir / name).mkdir(exist_ok=True)
@@ -111,9 +127,13 @@ def extract_features(
         iterator = tqdm(jobs, desc="extracting Pearl features", unit="shard")
     for name, kind, start in iterator:
         path = cache_dir / name / f"{kind}-{start // shard_size:05d}.safetensors"
-        if path.is_file():
-            counts["skipped"] += 1
-            continue
+        if path.is_file() or record_path(path).is_file():
+            size = min(shard_size, (len(image_keys) if kind == "images" else len(texts)) - start)
+            problem = feature_shard_damage(path, size, records_required)
+            if problem is None:
+                counts["skipped"] += 1
+                continue
+            logger.warning("shard %s (%s) is damaged: %s; recomputing", path.name, path, problem)
         if kind == "images":
             keys = image_keys[start : start + shard_size]
             features = encoders[name].encode_image(
@@ -123,6 +143,7 @@ def extract_features(
             features = encoders[name].encode_text(texts[start : start + shard_size])
         save_tensor_atomically(path, features.float().cpu())
         counts["computed"] += 1
+    remove_stale_temporaries(cache_dir, *(cache_dir / name for name in encoders))  # of runs killed mid-write
     logger.info(
         "feature cache %s: %d shards computed, %d already there", cache_dir, counts["computed"], counts["skipped"]
     )
@@ -138,6 +159,7 @@ class FeatureCache:
         if not manifest_path.is_file():
             raise FileNotFoundError(f"'{cache_dir}' is not a Pearl feature cache (no {MANIFEST}): run extraction first")
         self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        records_required = self.manifest.get(RECORDS_KEY) == RECORDS_VERSION
         image_keys = json.loads((cache_dir / "image_keys.json").read_text(encoding="utf-8"))
         texts = json.loads((cache_dir / "text_keys.json").read_text(encoding="utf-8"))
         self.image_index = {key: index for index, key in enumerate(image_keys)}
@@ -156,6 +178,13 @@ class FeatureCache:
                         raise FileNotFoundError(
                             f"feature cache '{cache_dir}' is incomplete ({path} is missing): "
                             "run the extraction again to finish it"
+                        )
+                    size = min(shard_size, count - shard * shard_size)
+                    problem = feature_shard_damage(path, size, records_required)
+                    if problem is not None:
+                        raise ValueError(
+                            f"feature cache '{cache_dir}': shard {path} is damaged ({problem}): run the extraction "
+                            "again to recompute it"
                         )
                     shards.append(load_file(path)["features"])
                 target[name] = torch.cat(shards) if shards else torch.zeros(0)

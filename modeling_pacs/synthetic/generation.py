@@ -474,21 +474,29 @@ def write_parquet(rows: list[dict], path: Path):
 def rewrite_row_groups(path: Path) -> bool:
     """Rewrite one parquet shard with [`parquet_options`] (atomically; one old row group in memory at a time) if
     any of its row groups holds more than `ROW_GROUP_ROWS` rows; returns whether it did. Shards written before
-    `ROW_GROUP_ROWS` existed hold one row group, which training would read whole for every row it takes."""
+    `ROW_GROUP_ROWS` existed hold one row group, which training would read whole for every row it takes.
+    A shard's checksum record (docs/concepts/recovery.md), when it has one, is rewritten with it."""
     import pyarrow.parquet as pq
 
-    from ..jobs import atomic_path
+    from ..jobs import atomic_path, record_path, write_recorded
 
     handle = pq.ParquetFile(path)
     metadata = handle.metadata
     if all(metadata.row_group(group).num_rows <= ROW_GROUP_ROWS for group in range(metadata.num_row_groups)):
         return False
-    with atomic_path(Path(path)) as temporary:
+
+    def write(temporary: Path):
         schema = handle.schema_arrow
         dictionary_columns = parquet_options(schema.names)["use_dictionary"]
         with pq.ParquetWriter(str(temporary), schema, use_dictionary=dictionary_columns) as writer:
             for group in range(metadata.num_row_groups):
                 writer.write_table(handle.read_row_group(group), row_group_size=ROW_GROUP_ROWS)
+
+    if record_path(path).is_file():
+        write_recorded(Path(path), write, rows=metadata.num_rows)
+    else:
+        with atomic_path(Path(path)) as temporary:
+            write(temporary)
     return True
 
 

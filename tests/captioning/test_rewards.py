@@ -120,3 +120,71 @@ def test_recurring_images_and_references_are_encoded_once(model, images):
     reward(new_candidates, images=images, references=REFERENCES)
     # 4 distinct images and 5 distinct references are hits; the 6 new candidates are the only misses.
     assert (cache.misses - misses_before, cache.hits - hits_before) == (6, 4 + 5)
+
+
+# ---------------------------------------------------------------------------------------------------- after failures
+def broken_image(folder) -> str:
+    path = folder / "broken.jpg"
+    path.write_bytes(b"not an image")
+    return str(path)
+
+
+FAILING_REWARD_CALLS = {  # a reward call that fails on bad input, part-way through a batch with valid items
+    "undecodable image": lambda images, tmp: dict(completions=CANDIDATES[:2], images=[images[0], broken_image(tmp)]),
+    "missing image": lambda images, tmp: dict(completions=CANDIDATES[:2], images=[images[0], str(tmp / "none.jpg")]),
+    "completion of a wrong type": lambda images, tmp: dict(completions=["a dog", 7], images=images[:2]),
+    "empty image list": lambda images, tmp: dict(completions=["a dog", "a cat"], images=[[images[0]], []]),
+    "mismatched counts": lambda images, tmp: dict(completions=CANDIDATES[:3], images=images[:2]),
+    "empty reference list": lambda images, tmp: dict(completions=CANDIDATES[:2], images=images[:2], references=[[]]),
+    "references of a wrong type": lambda images, tmp: dict(
+        completions=CANDIDATES[:2], images=images[:2], references=[["a dog"], [3]]
+    ),
+}
+
+
+REWARD_CASES = [  # a reference-free reward ignores references: their failures apply to the reference-based one
+    (failure, use_references)
+    for failure in FAILING_REWARD_CALLS
+    for use_references in ((True,) if "reference" in failure else (False, True))
+]
+
+
+@pytest.mark.parametrize("failure, use_references", REWARD_CASES)
+def test_a_failed_reward_call_leaves_the_next_call_equal_to_a_fresh_rewards(
+    tiny_model_dir, images, tmp_path, failure, use_references
+):
+    def fresh_reward() -> PACSReward:
+        model = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+        return PACSReward(model, use_references=use_references)
+
+    reward = fresh_reward()
+    reward(CANDIDATES[:2], images=images[:2], references=REFERENCES[:2])  # a warm cache
+    cache = reward.model.embedding_cache
+    before = (len(cache), cache.hits, cache.misses)
+    arguments = FAILING_REWARD_CALLS[failure](images, tmp_path)
+    if use_references and "references" not in arguments:
+        arguments["references"] = REFERENCES[: len(arguments["completions"])]
+    with pytest.raises((ValueError, TypeError, OSError)):
+        reward(**arguments)
+    assert (len(cache), cache.hits, cache.misses) == before and not cache.is_filling()
+    assert not reward.model.training
+    after_failure = reward(CANDIDATES, images=images, references=REFERENCES)
+    assert_scores_close(after_failure, fresh_reward()(CANDIDATES, images=images, references=REFERENCES))
+
+
+FAILING_CIDER_CALLS = {
+    "completion of a wrong type": dict(completions=["a dog", None], references=[["a dog"], ["a cat"]]),
+    "no references": dict(completions=["a dog"]),
+    "empty reference list": dict(completions=["a dog", "a cat"], references=[["a dog"], []]),
+    "too few reference lists": dict(completions=["a dog", "a cat"], references=[["a dog"]]),
+}
+
+
+@pytest.mark.parametrize("failure", FAILING_CIDER_CALLS)
+def test_a_failed_cider_d_call_leaves_the_next_call_equal_to_a_fresh_rewards(failure):
+    pytest.importorskip("pycocoevalcap", reason="pip install pycocoevalcap")
+    reward = CIDErDReward()
+    with pytest.raises((ValueError, TypeError)):
+        reward(**FAILING_CIDER_CALLS[failure])
+    after_failure = reward(CANDIDATES, references=REFERENCES)
+    assert_scores_close(after_failure, CIDErDReward()(CANDIDATES, references=REFERENCES))

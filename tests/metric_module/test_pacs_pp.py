@@ -3,6 +3,7 @@ the core engine's, bit for bit; bad inputs reach the user as clear messages."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,116 @@ def test_metric_script_ships_inside_the_package():
     assert packaged.is_file() and not packaged.is_symlink()
     assert packaged.parent.parent == Path(modeling_pacs.__file__).parent
     assert (REPO_ROOT / "metric" / "pacs_pp" / "pacs_pp.py").resolve() == packaged.resolve()
+
+
+# ------------------------------------------------------------------------------------ state after a failure
+def corrupt_image(tmp_path) -> str:
+    path = tmp_path / "corrupt.png"
+    path.write_bytes(b"\x89PNG not really an image")
+    return str(path)
+
+
+# A computation that fails on bad input, and what its message says. Failures found while scoring (once every row is
+# gathered) come with references, as the pending rows do, so that their own error is the one raised.
+FAILING_COMPUTES = {
+    "missing image": (lambda paths, tmp: dict(predictions=["a cat"], images=["missing.jpg"]), "does not exist"),
+    "None prediction": (lambda paths, tmp: dict(predictions=[None], images=paths[:1]), "prediction 0 is NoneType"),
+    "count mismatch": (lambda paths, tmp: dict(predictions=["a", "b"], images=paths[:1]), "got 2 predictions and 1"),
+    "image of a wrong type": (lambda paths, tmp: dict(predictions=["a cat"], images=[3.5]), r"image \d+ is float"),
+    "empty reference list": (
+        lambda paths, tmp: dict(predictions=["a cat"], images=paths[:1], references=[[]]),
+        "empty reference list",
+    ),
+    "images and videos": (
+        lambda paths, tmp: dict(predictions=["a cat"], images=paths[:1], videos=paths[:1]),
+        "pass images= or videos=, not both",
+    ),
+    "undecodable image": (
+        lambda paths, tmp: dict(predictions=["a cat"], images=[corrupt_image(tmp)], references=[["a dog"]]),
+        r"could not be decoded",
+    ),
+    "unknown option": (
+        lambda paths, tmp: dict(predictions=["a cat"], images=paths[:1], references=[["a dog"]], num_frames=3),
+        "num_frames= and idf= apply to videos= only",
+    ),
+}
+PENDING_ROWS = {  # rows added by earlier add_batch calls when the computation fails
+    "none": lambda paths: [],
+    "paths with references": lambda paths: [
+        dict(predictions=CAPTIONS[:2], images=paths[:2], references=REFERENCES[:2])
+    ],
+    "in-memory images": lambda paths: [
+        dict(predictions=CAPTIONS[:1], images=[PIL.Image.open(paths[0])], references=REFERENCES[:1]),
+        dict(
+            predictions=CAPTIONS[1:3],
+            images=[np.asarray(PIL.Image.open(path).convert("RGB")) for path in paths[1:3]],
+            references=REFERENCES[1:3],
+        ),
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def fresh_results(tiny_model_dir, image_paths, tmp_path_factory) -> dict:
+    """What a fresh module returns for the next, unrelated computations (reference-free, and with references)."""
+    fresh = evaluate.load(METRIC_DIR, model=tiny_model_dir, cache_dir=str(tmp_path_factory.mktemp("fresh")))
+    return {
+        "free": fresh.compute(predictions=CAPTIONS[3:], images=image_paths[3:]),
+        "with references": fresh.compute(predictions=CAPTIONS[3:], images=image_paths[3:], references=REFERENCES[3:]),
+    }
+
+
+def arrow_files(metric) -> list[str]:
+    return sorted(str(path) for path in Path(metric.data_dir).glob("*.arrow"))
+
+
+@pytest.mark.parametrize("pending", PENDING_ROWS)
+@pytest.mark.parametrize("failure", FAILING_COMPUTES)
+def test_a_failed_compute_drops_the_pending_rows_and_the_next_compute_is_a_fresh_ones(
+    metric, image_paths, fresh_results, tmp_path, failure, pending
+):
+    batches = PENDING_ROWS[pending](image_paths)
+    for batch in batches:
+        metric.add_batch(**batch)
+    num_pending = sum(len(batch["predictions"]) for batch in batches)
+    assert len(metric) == num_pending
+    arguments, message = FAILING_COMPUTES[failure]
+    dropped = rf"\(nothing was scored: the {num_pending} pending rows of earlier add_batch calls were dropped"
+    with pytest.raises((ValueError, TypeError, OSError)) as raised:
+        metric.compute(**arguments(image_paths, tmp_path))
+    assert re.search(message, str(raised.value)), str(raised.value)
+    assert bool(re.search(dropped, str(raised.value))) == bool(num_pending), str(raised.value)
+    assert len(metric) == 0 and metric.in_memory_images == [] and metric.input_kind is None
+    assert arrow_files(metric) == []  # evaluate's cache file of the dropped rows is gone too
+    for kind, arguments in (("free", {}), ("with references", {"references": REFERENCES[3:]})):
+        results = metric.compute(predictions=CAPTIONS[3:], images=image_paths[3:], **arguments)
+        assert sorted(results) == sorted(fresh_results[kind])
+        assert_scores_close(results["scores"], fresh_results[kind]["scores"])
+        if "ref_scores" in results:
+            assert_scores_close(results["ref_scores"], fresh_results[kind]["ref_scores"])
+
+
+FAILING_ADD_BATCHES = {
+    "missing image after an in-memory one": dict(predictions=["a", "b"], images=["PIL", "missing.jpg"]),
+    "None prediction": dict(predictions=[None], images=["PIL"]),
+    "videos after images": dict(predictions=["a"], videos=["PIL"]),
+    "empty reference list": dict(predictions=["a"], images=["PIL"], references=[[]]),
+}
+
+
+@pytest.mark.parametrize("failure", FAILING_ADD_BATCHES)
+def test_a_failed_add_batch_stores_nothing_and_keeps_the_earlier_rows(metric, image_paths, failure):
+    expected = metric.compute(predictions=CAPTIONS[:3], images=image_paths[:3], references=REFERENCES[:3])
+    metric.add_batch(predictions=CAPTIONS[:1], images=[PIL.Image.open(image_paths[0])], references=REFERENCES[:1])
+    bad = {
+        key: [PIL.Image.open(image_paths[1]) if value == "PIL" else value for value in values]
+        for key, values in FAILING_ADD_BATCHES[failure].items()
+    }
+    with pytest.raises((ValueError, TypeError, OSError)) as raised:
+        metric.add_batch(**bad)
+    assert "dropped" not in str(raised.value)
+    assert len(metric) == 1 and len(metric.in_memory_images) == 1 and metric.input_kind == "images"
+    metric.add_batch(predictions=CAPTIONS[1:3], images=image_paths[1:3], references=REFERENCES[1:3])
+    results = metric.compute()
+    assert_scores_close(results["scores"], expected["scores"])
+    assert_scores_close(results["ref_scores"], expected["ref_scores"])

@@ -126,3 +126,77 @@ def test_errors_name_the_caller_item_with_cache(model, image_folder, tmp_path):
 def test_max_entries_is_validated(bad):
     with pytest.raises(ValueError, match="max_entries must be a positive integer"):
         EmbeddingCache(max_entries=bad)
+
+
+# ---------------------------------------------------------------------------------------------------- after failures
+FAILING_CALLS = {  # a call that fails on bad input part-way through a batch (some items cached, some not)
+    "undecodable image": lambda model, images, broken: model.score([images[0], images[1], broken], ["a", "b", "c"]),
+    "missing image": lambda model, images, broken: model.score([images[1], "missing.png"], ["a", "b"]),
+    "image of a wrong type": lambda model, images, broken: model.encode_images([images[0], 3.5]),
+    "caption of a wrong type": lambda model, images, broken: model.encode_texts(["a dog", None]),
+    "mismatched counts": lambda model, images, broken: model.score(images[:2], ["a"]),
+}
+
+
+@pytest.mark.parametrize("failure", FAILING_CALLS)
+def test_a_failed_call_leaves_the_cache_as_it_was_and_the_next_call_correct(
+    tiny_model_dir, image_folder, tmp_path, failure
+):
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    model = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    model.embedding_cache = EmbeddingCache(directory=tmp_path / "cache")
+    model.score([image_folder[0]], ["a dog"])  # one image and one text cached
+    before = (len(model.embedding_cache), model.embedding_cache.hits, model.embedding_cache.misses)
+    files = sorted((tmp_path / "cache").rglob("*"))
+    with pytest.raises((ValueError, TypeError, OSError)):
+        FAILING_CALLS[failure](model, image_folder, broken)
+    assert (len(model.embedding_cache), model.embedding_cache.hits, model.embedding_cache.misses) == before
+    assert sorted((tmp_path / "cache").rglob("*")) == files
+    assert not model.embedding_cache.is_filling()
+
+    fresh = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    images, captions = [image_folder[0], image_folder[1], image_folder[2]], ["a dog", "b", "c"]
+    expected = fresh.score(images, captions, references=[["a"], ["b"], ["c"]])
+    cached = model.score(images, captions, references=[["a"], ["b"], ["c"]])
+    assert_scores_close(cached.scores, expected.scores)
+    assert_scores_close(cached.ref_scores, expected.ref_scores)
+
+
+def flip_embedding_byte(path):
+    stored = torch.load(path, weights_only=True)
+    stored["embedding"] = stored["embedding"].clone()
+    stored["embedding"][0] += 1.0
+    torch.save(stored, path)
+
+
+DAMAGED_ENTRIES = {
+    "garbage": lambda path: path.write_bytes(b"not a torch file"),
+    "empty": lambda path: path.write_bytes(b""),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+    "changed embedding": flip_embedding_byte,
+    "not a dict": lambda path: torch.save([1, 2, 3], path),
+    "no embedding": lambda path: torch.save({"content": torch.load(path, weights_only=True)["content"]}, path),
+    "written before checksums": lambda path: torch.save(
+        {key: value for key, value in torch.load(path, weights_only=True).items() if key != "checksum"}, path
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_ENTRIES)
+def test_a_damaged_disk_entry_is_a_miss_recomputed_and_rewritten(tiny_model_dir, tmp_path, damage):
+    first = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    first.embedding_cache = EmbeddingCache(directory=tmp_path / "cache")
+    expected = first.encode_texts(["a dog", "a cat"])
+    (entry,) = [path for path in (tmp_path / "cache").rglob("*.pt") if torch.load(path)["content"] == "a dog"]
+    DAMAGED_ENTRIES[damage](entry)
+
+    second = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    second.embedding_cache = EmbeddingCache(directory=tmp_path / "cache")
+    # recomputed alone, not in the first call's batch: equal within fp32 tolerance
+    torch.testing.assert_close(second.encode_texts(["a dog", "a cat"]), expected, atol=1e-6, rtol=0)
+    assert (second.embedding_cache.hits, second.embedding_cache.misses) == (1, 1)
+    third = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    third.embedding_cache = EmbeddingCache(directory=tmp_path / "cache")
+    torch.testing.assert_close(third.encode_texts(["a dog"]), expected[:1], atol=1e-6, rtol=0)
+    assert (third.embedding_cache.hits, third.embedding_cache.misses) == (1, 0)  # the entry was rewritten

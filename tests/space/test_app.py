@@ -34,6 +34,7 @@ from playwright.sync_api import expect, sync_playwright
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import load_image
 from modeling_pacs.testing.pacs import make_tiny_model
+from tests.fixtures.helpers import assert_scores_close
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 APP = REPO_ROOT / "space" / "app.py"
@@ -892,3 +893,67 @@ def test_offline_default_model_says_so_once_with_the_fix(app, tmp_path, monkeypa
     )
     assert message["value"].count("Model not available") == 1 and outputs == [None, None, None, None]
     assert "--tiny" in app.OFFLINE_FIX and "--model DIR" in app.OFFLINE_FIX
+
+
+# ---------------------------------------------------------------------------------------------------- after failures
+MODEL_DAMAGES = {  # a broken model directory, as a half-finished copy or a bad edit leaves it
+    "empty folder": lambda directory: [path.unlink() for path in directory.iterdir() if path.is_file()],
+    "config not JSON": lambda directory: (directory / "config.json").write_text("{not json"),
+    "config not an object": lambda directory: (directory / "config.json").write_text("[1]"),
+    "invalid option in config": lambda directory: (directory / "config.json").write_text(
+        json.dumps({**json.loads((directory / "config.json").read_text()), "w": "x"})
+    ),
+    "weights missing": lambda directory: [path.unlink() for path in directory.glob("*.safetensors")],
+    "weights truncated": lambda directory: [
+        path.write_bytes(path.read_bytes()[:100]) for path in directory.glob("*.safetensors")
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("space-cache")
+    make_tiny_model(root / "clip", variant="clip_s", seed=1)
+    make_tiny_model(root / "pac", variant="pac_s_pp", seed=1)
+    return {"clip": root / "clip", "pac": root / "pac"}
+
+
+@pytest.mark.parametrize("public", [False, True])
+@pytest.mark.parametrize("damage", MODEL_DAMAGES)
+def test_a_failed_model_load_is_not_cached_and_the_repaired_model_loads_on_the_next_request(
+    app, tiny_pair, tmp_path, damage, public
+):
+    broken = tmp_path / "pac"
+    shutil.copytree(tiny_pair["pac"], broken)
+    MODEL_DAMAGES[damage](broken)
+    cache = app.ModelCache({"entry": (str(tiny_pair["clip"]), str(broken))}, None, allow_typed_paths=not public)
+    with pytest.raises(app.gr.Error, match="could not load model|is not available on this server"):
+        cache.get("entry")
+    assert cache.loaded == {}
+    shutil.rmtree(broken)
+    shutil.copytree(tiny_pair["pac"], broken)  # repaired
+    request = app.ScoreRequest(PIL.Image.open(RED_CIRCLE).convert("RGB"), ["a red circle", "a dog"], ["a red disc"])
+    table = app.score_request(request, cache.get("entry"))
+    fresh = app.score_request(request, app.ScoringModels(load_model(str(tiny_pair["clip"])), load_model(str(broken))))
+    assert list(table["caption"]) == list(fresh["caption"])
+    for column in app.score_columns(fresh):
+        assert_scores_close(table[column].tolist(), fresh[column].tolist())
+
+
+def test_a_failed_request_leaves_the_cached_models_scoring_as_fresh_ones(app, tiny_pair):
+    cache = app.ModelCache({"entry": (str(tiny_pair["clip"]), str(tiny_pair["pac"]))}, None, allow_typed_paths=True)
+    image = PIL.Image.open(RED_CIRCLE).convert("RGB")
+    bad_requests = [
+        app.ScoreRequest(image, ["a red circle", None], []),
+        app.ScoreRequest(image, ["a red circle"], [None]),
+        app.ScoreRequest(image, [3], ["a red disc"]),
+    ]
+    for bad in bad_requests:
+        with pytest.raises((ValueError, TypeError)):
+            app.score_request(bad, cache.get("entry"))
+    request = app.ScoreRequest(image, ["a red circle", "a dog"], ["a red disc"])
+    table = app.score_request(request, cache.get("entry"))
+    fresh_models = app.ScoringModels(load_model(str(tiny_pair["clip"])), load_model(str(tiny_pair["pac"])))
+    fresh = app.score_request(request, fresh_models)
+    for column in app.score_columns(fresh):
+        assert_scores_close(table[column].tolist(), fresh[column].tolist())
