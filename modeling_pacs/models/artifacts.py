@@ -278,7 +278,9 @@ def check_companions(path: Path, top_config: Path) -> None:
         if isinstance(adapter_path, str) and not Path(adapter_path).is_absolute():
             if not (folder / adapter_path).is_dir():
                 raise CorruptArtifactError(
-                    folder / adapter_path, f"the LoRA adapter folder that {path.name} names ('adapter_path') is missing"
+                    folder / adapter_path,
+                    f"the LoRA adapter folder that {path.name} names ('adapter_path') is missing (to score with the "
+                    "base weights alone instead, set 'adapter_path' to null in config.json)",
                 )
             if not (folder / adapter_path / "adapter_config.json").is_file():
                 raise CorruptArtifactError(folder / adapter_path / "adapter_config.json", "the file is missing")
