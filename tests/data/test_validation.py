@@ -280,3 +280,31 @@ def test_decoding_checks_catch_what_a_header_check_misses(tmp_path):
     with pytest.raises(OSError):
         decode_image(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
     decode_image({"bytes": None, "path": str(write_images(tmp_path / "more")[1])})
+
+
+def test_polos_parquet_images_are_checked_in_the_file_and_skipped_on_request(tmp_path, caplog):
+    """The Hub layout keeps images as bytes in the parquet file: the check reads them chunk by chunk from there."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from modeling_pacs.polos.training import read_polaris
+    from modeling_pacs.supervised.data import validate_rows
+
+    images = write_images(tmp_path / "images")
+    contents = [image.read_bytes() for image in images]
+    contents[BAD_ROW] = contents[BAD_ROW][: len(contents[BAD_ROW]) // 2]
+    table = pa.table({
+        "refs": [[CAPTIONS[(index + 1) % NUM_ROWS]] for index in range(NUM_ROWS)],
+        "cand": CAPTIONS,
+        "img": [{"bytes": content, "path": None} for content in contents],
+        "human_score": pa.array([0.5] * NUM_ROWS, type=pa.float32()),
+    })  # fmt: skip
+    pq.write_table(table, tmp_path / "train.parquet")
+    rows = read_polaris(tmp_path / "train.parquet")
+    with pytest.raises(TrainingDataError, match=rf"train.parquet \(split 'train'\), row {BAD_ROW}, column 'img': image "
+                       r"of \d+ bytes could not be decoded .*--skip_bad_images"):  # fmt: skip
+        validate_rows(rows, "train.parquet", "train", "polaris", decode_images=True)
+    with caplog.at_level(logging.WARNING):
+        kept = validate_rows(rows, "train.parquet", "train", "polaris", decode_images=True, skip_bad_images=True)
+    assert [row["row"] for row in kept] == [row for row in range(NUM_ROWS) if row != BAD_ROW]
+    assert "skipped 1 of 6 rows" in caplog.text
