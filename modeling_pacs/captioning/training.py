@@ -469,8 +469,8 @@ def load_caption_dataset(
         names = loaded.column_names
         if IMAGE_COLUMN not in names or not {CAPTIONS_COLUMN, CAPTION_COLUMN} & set(names):
             raise ValueError(
-                f"the dataset has columns {names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' (a list of "
-                f"captions) or '{CAPTION_COLUMN}'"
+                f"{dataset} (split '{split}') has columns {names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' "
+                f"(a list of captions) or '{CAPTION_COLUMN}'. Fix: rename the columns (dataset.rename_column)"
             )
         source = ArrowSource.from_dataset(loaded, str(dataset))
         image_type = source.table.schema.field(IMAGE_COLUMN).type

@@ -212,7 +212,7 @@ def test_train_captioner_refuses_bad_data_before_any_step(tmp_path, case):
         "truncated_image": (*where, "column 'image'", "img_2.jpg", "could not be decoded", "--skip_bad_images"),
         "none_caption": (*where, "column 'captions'", "got NoneType"),
         "empty_caption": (*where, "column 'captions'", "the caption is empty"),
-        "missing_column": ("it needs 'image' and 'captions'",),
+        "missing_column": ("split 'train'", "it needs 'image' and 'captions'", "Fix: rename the columns"),
         "wrong_type": ("split 'train'", "row 0", "column 'captions'", "got int"),
         "empty_dataset": ("split 'train'", "has no rows", "Fix:"),
         "missing_path": ("--dataset", "does not exist", "Fix:"),
