@@ -8,6 +8,7 @@ README's Layout section).
 
 from transformers import AutoConfig, AutoModel
 
+from .models.artifacts import CorruptArtifactError
 from .models.configuration_captioner import PACSCaptionerConfig
 from .models.configuration_pacs import PACSConfig
 from .models.configuration_pearl import PearlConfig
@@ -30,6 +31,7 @@ AutoModel.register(PACSCaptionerConfig, PACSCaptionerForConditionalGeneration, e
 
 __version__ = "0.1.0"
 __all__ = [
+    "CorruptArtifactError",
     "PACSCaptionerConfig",
     "PACSCaptionerForConditionalGeneration",
     "PACSConfig",

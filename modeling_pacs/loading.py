@@ -10,6 +10,7 @@ import logging
 import torch
 
 from .extras import require
+from .models.artifacts import check_model_directory
 from .models.modeling_pacs import PACSModel
 from .models.modeling_polos import PolosModel
 from .pacs.loading import DTYPES, check_dtype, load_pacs_model, place, plain_model_type, resolve_device
@@ -46,6 +47,7 @@ def load_model(
         backbone, variant = tiny
         model = str(tiny_model_directory(variant, backbone))
     name_or_path = PRETRAINED_MODELS.get(model, model)
+    check_model_directory(name_or_path)  # a damaged file of a local directory is named before anything reads it
     model_type = plain_model_type(name_or_path)
     if model_type == "pearl":
         return _load_pearl(name_or_path, device, dtype)

@@ -87,6 +87,7 @@ def pearl_cli(tmp_path, monkeypatch):
 def siglip_cli(tmp_path, monkeypatch):
     """`pacs-pp make-tiny DIR --backbone siglip` (its tokenizer is a sentencepiece model trained in code)."""
     from modeling_pacs.cli import main
+
     main(["make-tiny", str(tmp_path / "tiny-siglip"), "--backbone", "siglip"])
 
 

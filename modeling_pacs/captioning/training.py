@@ -26,6 +26,7 @@ from transformers import Trainer
 from transformers.utils import logging
 
 from ..data.sources import SourceImages
+from ..data.validation import check_captions, check_data_path, check_images, check_not_empty, looks_like_local_path
 from ..models.embedding_cache import image_content_key, model_fingerprint
 from ..models.inputs import image_key, load_and_preprocess
 from ..models.modeling_captioner import PACSCaptionerForConditionalGeneration
@@ -453,6 +454,10 @@ def load_caption_dataset(
 
     if max_samples is not None and max_samples <= 0:
         raise ValueError(f"max_samples must be positive, got {max_samples}")
+    check_data_path(karpathy_json, "--karpathy_json")
+    check_data_path(image_root, "--image_root")
+    if dataset and looks_like_local_path(dataset):
+        check_data_path(dataset, "--dataset")
     image_sources: dict = {}
     if karpathy_json:
         if not image_root:
@@ -465,8 +470,8 @@ def load_caption_dataset(
         names = loaded.column_names
         if IMAGE_COLUMN not in names or not {CAPTIONS_COLUMN, CAPTION_COLUMN} & set(names):
             raise ValueError(
-                f"the dataset has columns {names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' (a list of "
-                f"captions) or '{CAPTION_COLUMN}'"
+                f"{dataset} (split '{split}') has columns {names}: it needs '{IMAGE_COLUMN}' and '{CAPTIONS_COLUMN}' "
+                f"(a list of captions) or '{CAPTION_COLUMN}'. Fix: rename the columns (dataset.rename_column)"
             )
         source = ArrowSource.from_dataset(loaded, str(dataset))
         image_type = source.table.schema.field(IMAGE_COLUMN).type
@@ -499,6 +504,31 @@ def load_caption_dataset(
     return CaptionRows(rows, image_sources, digest)
 
 
+def validate_caption_rows(rows: CaptionRows, file: Any, split: str, skip_bad_images: bool = False) -> CaptionRows:
+    """Refuse a caption split that cannot be trained on before any step runs: no rows, an image without a non-empty
+    list of non-empty captions, an image that does not decode (`modeling_pacs.data.validation`). With
+    `skip_bad_images`, rows whose image does not decode are dropped and counted in a log line instead."""
+    dataset = rows.dataset
+    check_not_empty(len(dataset), file, split)
+    row_numbers = dataset["row_index"]
+    chunk = 10_000
+    for start in range(0, len(dataset), chunk):
+        values = dataset[start : start + chunk][CAPTIONS_COLUMN]
+        check_captions(zip(row_numbers[start : start + chunk], values), file, split, CAPTIONS_COLUMN, as_list=True)
+    source = rows.image_sources.get(IMAGE_COLUMN)
+
+    def read(positions: range) -> list:
+        values = dataset[positions.start : positions.stop][IMAGE_COLUMN]
+        return source.take_images(IMAGE_COLUMN, values) if source is not None else values
+
+    bad = set(check_images(row_numbers, read, file, split, IMAGE_COLUMN, skip_bad_images))
+    if not bad:
+        return rows
+    kept = dataset.select([position for position, row in enumerate(row_numbers) if row not in bad])
+    check_not_empty(len(kept), file, f"{split}, after skipping the rows whose image does not decode")
+    return CaptionRows(kept, rows.image_sources, rows.digest)
+
+
 __all__ = [
     "CaptionRows",
     "CaptioningCollator",
@@ -511,6 +541,7 @@ __all__ = [
     "one_caption_per_row",
     "scst_loss",
     "sequence_log_probs",
+    "validate_caption_rows",
     "xe_learning_rate_factor",
     "xe_scheduler",
 ]

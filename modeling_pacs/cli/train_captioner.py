@@ -42,6 +42,7 @@ from modeling_pacs.captioning.training import (
     VisualFeatureCache,
     load_caption_dataset,
     one_caption_per_row,
+    validate_caption_rows,
     xe_scheduler,
 )
 from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_float, positive_int
@@ -71,6 +72,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     data.add_argument("--max_train_samples", type=positive_int)
     data.add_argument("--max_eval_samples", type=positive_int)
     data.add_argument("--feature_cache", help="folder of precomputed CLIP grid features (frozen encoder)")
+    data.add_argument(
+        "--skip_bad_images",
+        action="store_true",
+        help="drop rows whose image does not decode (logged with a count) instead of refusing the data",
+    )
     model = parser.add_argument_group("model")
     model.add_argument("--init", help="captioner folder to start from (required for scst)")
     model.add_argument("--clip", default="openai/clip-vit-base-patch32", help="CLIP of a new captioner (xe)")
@@ -171,9 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     if training_args.world_size > 1:  # every process has checked output_dir before anything is written into it
         torch.distributed.barrier()
     data_dir = output_dir / "training-data"  # every process writes the same row tables (atomically)
-    train_rows = load_caption_dataset(
-        args.dataset, args.train_split, args.karpathy_json, args.image_root, args.max_train_samples, data_dir
-    )
+    try:  # every row and image is checked before any step runs
+        train_rows = load_caption_dataset(
+            args.dataset, args.train_split, args.karpathy_json, args.image_root, args.max_train_samples, data_dir
+        )
+        data_file = args.dataset or args.karpathy_json
+        train_rows = validate_caption_rows(train_rows, data_file, args.train_split, args.skip_bad_images)
+    except (ValueError, FileNotFoundError) as error:  # TrainingDataError
+        raise SystemExit(f"train_captioner: error: {error}") from None
     train_dataset = train_rows.dataset
     if args.feature_cache:
         feature_cache = VisualFeatureCache(args.feature_cache, captioner)

@@ -97,6 +97,13 @@ class DataArguments:
     )
     max_train_samples: int | None = field(default=None)
     max_eval_samples: int | None = field(default=None)
+    skip_bad_images: bool = field(
+        default=False,
+        metadata={
+            "help": "drop rows whose image does not decode (logged with a count) instead of refusing the data; every "
+            "image is decoded once before training either way"
+        },
+    )
     early_stopping_steps: int = field(
         default=1500, metadata={"help": "stop when the validation loss has not improved for this many steps"}
     )
@@ -149,6 +156,7 @@ def main(argv: list[str] | None = None):
             synthetic_data=data_args.synthetic_data,
             max_train_samples=data_args.max_train_samples,
             max_eval_samples=data_args.max_eval_samples,
+            skip_bad_images=data_args.skip_bad_images,
         )
         if training_args.resume_from_checkpoint:
             check_resumed_data(training_args.resume_from_checkpoint, data.digests)

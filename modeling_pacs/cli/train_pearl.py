@@ -15,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from modeling_pacs.data.validation import check_data_path
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.models.configuration_pearl import PearlConfig
 from modeling_pacs.output_paths import check_output_directory
@@ -23,10 +24,11 @@ from modeling_pacs.pearl.training import (
     PEARL_RECIPE,
     PearlDataCollator,
     PearlTrainer,
+    check_rows_in_cache,
     new_pearl_model,
     pearl_training_arguments,
 )
-from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
+from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths, validate_rows
 
 from .arguments import add_example, exits_on_missing_extra
 
@@ -58,10 +60,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.output.is_dir() and any(args.output.iterdir()) and not (args.resume or args.overwrite):
         parser.error(f"--output {args.output} is not empty: pass --resume to continue or --overwrite")
-    paths = split_paths(args.data, args.layout)
-    if not {"train", "val"} <= set(paths):
-        parser.error(f"{args.data} needs {args.layout}_train.csv and {args.layout}_val.csv")
-    train_rows, val_rows = read_rows(paths["train"], args.layout), read_rows(paths["val"], args.layout)
+    try:  # every row is checked, and found in the feature cache, before the model is built and any step runs
+        for path, option in ((args.data, "--data"), (args.cache, "--cache"), (args.init, "--init")):
+            check_data_path(path, option)
+        paths = split_paths(args.data, args.layout)
+        if not {"train", "val"} <= set(paths):
+            parser.error(f"{args.data} needs {args.layout}_train.csv and {args.layout}_val.csv")
+        splits = {
+            split: validate_rows(read_rows(paths[split], args.layout), paths[split].name, split, args.layout)
+            for split in ("train", "val")
+        }
+        cache = FeatureCache(args.cache)
+        for split, rows in splits.items():
+            check_rows_in_cache(rows, cache, paths[split].name, split, args.layout)
+    except (ValueError, FileNotFoundError) as error:  # RowError, TrainingDataError
+        raise SystemExit(f"train_pearl: error: {error}") from None
+    train_rows, val_rows = splits["train"], splits["val"]
     config = PearlConfig.from_pretrained(args.init)
     model = new_pearl_model(config)
     training_args = pearl_training_arguments(
@@ -76,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         args=training_args,
         train_dataset=train_rows,
         eval_dataset=val_rows,
-        data_collator=PearlDataCollator(FeatureCache(args.cache), config),
+        data_collator=PearlDataCollator(cache, config),
     )
     trainer.train(resume_from_checkpoint=True if args.resume else None)
     best = args.output / "best"

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_float, positive_int
+from modeling_pacs.data.validation import check_data_path
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.modeling_polos import PolosModel
@@ -33,6 +34,7 @@ from modeling_pacs.polos.training import (
     read_polaris,
 )
 from modeling_pacs.supervised import EARLY_STOPPING
+from modeling_pacs.supervised.data import validate_rows
 
 
 @exits_on_missing_extra
@@ -51,16 +53,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning_rate", type=positive_float, default=3e-5)
     parser.add_argument("--num_train_epochs", type=positive_int, default=100)
     parser.add_argument("--resume_from_checkpoint", help="a checkpoint-N folder of --output_dir")
+    parser.add_argument(
+        "--skip_bad_images",
+        action="store_true",
+        help="drop rows whose image does not decode (logged with a count) instead of refusing the data",
+    )
     add_example(
         parser,
         "python scripts/train_polos.py --model polos-init --train polaris_train.csv --validation polaris_val.csv",
     )
     args = parser.parse_args(argv)
 
+    try:  # every row and image is checked before the model is built and any step runs
+        splits = {}
+        for split, path in (("train", args.train), ("validation", args.validation)):
+            check_data_path(path, f"--{split}")
+            layout = "polaris_csv" if path.suffix.lower() == ".csv" else "polaris"
+            rows = read_polaris(path, args.image_root)
+            splits[split] = validate_rows(rows, path.name, split, layout, True, args.skip_bad_images)
+    except (ValueError, FileNotFoundError) as error:  # RowError, TrainingDataError
+        raise SystemExit(f"train_polos: error: {error}") from None
+    train, validation = splits["train"], splits["validation"]
     model = load_model(args.model)
     if not isinstance(model, PolosModel):
         raise SystemExit(f"--model '{args.model}' is not a Polos model (model_type polos)")
-    train, validation = read_polaris(args.train, args.image_root), read_polaris(args.validation, args.image_root)
     training_arguments, callback = polos_training_arguments(
         args.output_dir,
         early_stopping=args.early_stopping,

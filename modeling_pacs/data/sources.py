@@ -17,6 +17,7 @@ Image values come back as `datasets.Image` stores them: `{"bytes": ..., "path": 
 column of paths.
 """
 
+import json
 import logging
 import os
 from collections import OrderedDict
@@ -30,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from .validation import EMPTY_FIX, data_error
 
 logger = logging.getLogger(__name__)
 
@@ -466,7 +469,15 @@ def load_datasets(name: str | Path):
     reads (a Hub id, a folder of data files: a `DatasetDict`, converted once into `datasets`' cache)."""
     import datasets
 
-    return datasets.load_from_disk(str(name)) if is_saved_dataset(name) else datasets.load_dataset(str(name))
+    if not is_saved_dataset(name):
+        return datasets.load_dataset(str(name))
+    try:
+        return datasets.load_from_disk(str(name))
+    except IndexError:  # datasets cannot load a split saved with no rows (0 shards)
+        empty = [state.parent.name for state in sorted(Path(name).glob("*/state.json"))
+                 if not json.loads(state.read_text(encoding="utf-8")).get("_data_files")]  # fmt: skip
+        split = empty[0] if empty else Path(name).name
+        raise data_error(name, split, "the split has no rows (saved with 0 shards)", EMPTY_FIX) from None
 
 
 def select_split(loaded, split: str, name: str | Path):

@@ -12,6 +12,7 @@ from transformers import CLIPVisionModel, GenerationConfig, GenerationMixin, Pre
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.utils import ModelOutput
 
+from .artifacts import check_model_directory, explain_load_errors
 from .configuration_captioner import PACSCaptionerConfig
 
 
@@ -152,8 +153,10 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         return model
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs) -> "PACSCaptionerForConditionalGeneration":
-        model = super().from_pretrained(*args, **kwargs)
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "PACSCaptionerForConditionalGeneration":
+        check_model_directory(pretrained_model_name_or_path)
+        with explain_load_errors(pretrained_model_name_or_path):
+            model = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         # Loading materialises new parameters, which require gradients: the CLIP tower is frozen again (else DDP
         # waits for gradients it never gets, and optimizers hold the whole tower).
         model.encoder.vision_model.requires_grad_(False)

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
+from .artifacts import CorruptArtifactError, check_adapter_directory, check_model_directory, explain_load_errors
 from .backbones import (
     backbone_family,
     backbone_spec,
@@ -186,11 +187,13 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         """Load weights, tokenizer and (when `config.adapter_path` is set) the PEFT adapter."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = hub_download_kwargs(kwargs)
-        model = load_or_explain(
-            lambda: super(PACSModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
-            name_or_path,
-            missing_weights_message,
-        )
+        check_model_directory(name_or_path)
+        with explain_load_errors(name_or_path):
+            model = load_or_explain(
+                lambda: super(PACSModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+                name_or_path,
+                missing_weights_message,
+            )
         # Passing the backbone config keeps AutoTokenizer from resolving (and prompting for) our remote config.
         model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
         check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
@@ -276,7 +279,19 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         peft_kwargs = dict(hub_kwargs)
         if subfolder:
             peft_kwargs["subfolder"] = subfolder
-        peft_model = PeftModel.from_pretrained(self.clip, location, **peft_kwargs)
+        local_adapter = Path(location) / (subfolder or "")
+        if local_adapter.is_dir():
+            module_names = {name for name, _ in self.clip.named_modules()}
+            check_adapter_directory(local_adapter, module_names)
+        try:
+            peft_model = PeftModel.from_pretrained(self.clip, location, **peft_kwargs)
+        except (ValueError, RuntimeError) as error:  # PEFT's NoMatchingPeftModuleError, a size mismatch, ...
+            if not local_adapter.is_dir() or isinstance(error, CorruptArtifactError):
+                raise
+            raise CorruptArtifactError(
+                local_adapter / "adapter_config.json",
+                f"PEFT could not load the adapter ({type(error).__name__}: {str(error).strip().splitlines()[0]})",
+            ) from error
         if merge:
             self.clip = peft_model.merge_and_unload()
             # The weights now contain the adapter: saving this model must not apply it a second time.

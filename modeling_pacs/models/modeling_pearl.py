@@ -16,6 +16,7 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
+from .artifacts import check_model_directory, explain_load_errors
 from .configuration_pearl import PearlConfig
 from .scoring import fuse_pearl_scores, pearl_huber_loss
 
@@ -222,6 +223,13 @@ class PearlModel(PearlPreTrainedModel):
         self.image_head = build_head(config)
         self.reference_head = build_head(config)
         self.post_init()
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs) -> "PearlModel":
+        """Load the head, after checking the directory's files (and its encoders' sub-folders)."""
+        check_model_directory(pretrained_model_name_or_path)
+        with explain_load_errors(pretrained_model_name_or_path):
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
     def image_tokens(self, candidate_features: dict, image_features: dict) -> torch.Tensor:
         """Img-GEM sequence `[B, sum(tokens), token_dim]`: each image token paired with the candidate feature."""

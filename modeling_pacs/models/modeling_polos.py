@@ -26,6 +26,7 @@ from transformers import AutoTokenizer, PreTrainedModel, RobertaModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, logging
 
+from .artifacts import check_model_directory, explain_load_errors
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
 from .inputs import (
@@ -164,11 +165,13 @@ class PolosModel(PolosPreTrainedModel):
         """Load weights and both tokenizers."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = hub_download_kwargs(kwargs)
-        model = load_or_explain(
-            lambda: super(PolosModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
-            name_or_path,
-            missing_polos_message,
-        )
+        check_model_directory(name_or_path)
+        with explain_load_errors(name_or_path):
+            model = load_or_explain(
+                lambda: super(PolosModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+                name_or_path,
+                missing_polos_message,
+            )
         model.clip_tokenizer = AutoTokenizer.from_pretrained(
             name_or_path, subfolder=CLIP_TOKENIZER_FOLDER, config=model.config.clip_config, **hub_kwargs
         )

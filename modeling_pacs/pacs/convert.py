@@ -34,6 +34,7 @@ import torch
 from transformers import CLIPConfig
 
 from ..hub import save_remote_code_model
+from ..models.artifacts import check_pickle_checkpoint
 from ..models.configuration_pacs import PACSConfig
 from ..models.modeling_pacs import PACSModel
 from ..output_paths import check_output_directory, staged_directory
@@ -151,6 +152,7 @@ def load_official_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    check_pickle_checkpoint(path)  # a text file, an empty or truncated file, a zip that is not torch's: named here
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:

@@ -30,6 +30,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.utils import ModelOutput, logging
 
 from ..data.synthetic_pairs import SYNTHETIC_CAPTION_COLUMN, SYNTHETIC_IMAGE_COLUMN
+from ..data.validation import check_captions, check_data_path, check_images, check_not_empty, looks_like_local_path
 from ..jobs import write_text_atomically
 from ..models.backbones import (
     backbone_family,
@@ -613,16 +614,30 @@ def load_training_data(
     synthetic_data: str | None = None,
     max_train_samples: int | None = None,
     max_eval_samples: int | None = None,
+    skip_bad_images: bool = False,
+    decode_images: bool = True,
 ) -> PreparedTrainingData:
-    """The training data of `scripts/train_pacs.py`, memory-mapped, with no image byte read.
+    """The training data of `scripts/train_pacs.py`, memory-mapped, with no image held in memory.
 
     COCO Karpathy (`karpathy_json` + `image_root` + `synthetic_data`): captions of `train` + `restval` (training) and
     `val` (validation) joined by key with the synthetic shards (`modeling_pacs.data.karpathy_training_rows`); the
     row tables go to `data_dir`. Or any `datasets` dataset with the columns `image`, `caption`, `synthetic_image`,
     `synthetic_caption` (`dataset`: a Hub id or a `save_to_disk` folder), memory-mapped by `datasets` itself.
+
+    Every split is checked before it is returned ([`validate_training_split`]): rows, captions, and every image
+    decoded once, unless `decode_images=False`; `skip_bad_images` drops (and logs) rows whose image does not decode
+    instead of refusing the data.
     """
     from ..data import karpathy_training_rows, load_datasets, select_split
 
+    for path, option in (
+        (karpathy_json, "--karpathy_json"),
+        (image_root, "--image_root"),
+        (synthetic_data, "--synthetic_data"),
+    ):
+        check_data_path(path, option)
+    if dataset and looks_like_local_path(dataset):
+        check_data_path(dataset, "--dataset")
     image_sources: dict = {}
     if karpathy_json:
         if not (image_root and synthetic_data):
@@ -655,10 +670,53 @@ def load_training_data(
     if validation is not None and max_eval_samples is not None:
         validation = validation.select(range(min(max_eval_samples, len(validation))))
         digests["validation"]["first_rows"] = len(validation)
-    train = prepare_training_dataset(train, columns, "training dataset")
+    file = dataset or karpathy_json
+    train = prepare_training_dataset(train, columns, f"training data {file} (split '{train_split}')")
+    train = validate_training_split(train, columns, image_sources, file, train_split, skip_bad_images, decode_images)
     if validation is not None:
-        validation = prepare_training_dataset(validation, columns, "validation dataset")
+        split = validation_split if dataset else "val"
+        validation = prepare_training_dataset(validation, columns, f"validation data {file} (split '{split}')")
+        validation = validate_training_split(
+            validation, columns, image_sources, file, split, skip_bad_images, decode_images
+        )
     return PreparedTrainingData(train, validation, image_sources, digests)
+
+
+def validate_training_split(
+    rows: "datasets.Dataset",
+    columns: list[str],
+    image_sources: "dict[str, RowSource]",
+    file: Any,
+    split: str,
+    skip_bad_images: bool = False,
+    decode_images: bool = True,
+) -> "datasets.Dataset":
+    """Refuse a split that cannot be trained on before any step runs: no rows, a caption that is not a non-empty
+    string, an image that does not decode (`modeling_pacs.data.validation`). With `skip_bad_images`, rows whose image
+    does not decode are dropped and counted in a log line instead."""
+    check_not_empty(len(rows), file, split)
+    row_numbers = rows[ROW_INDEX_COLUMN]
+    chunk = 10_000
+    for column in (CAPTION_COLUMN, SYNTHETIC_CAPTION_COLUMN):
+        if column in columns:
+            for start in range(0, len(rows), chunk):
+                values = rows[start : start + chunk][column]
+                check_captions(zip(row_numbers[start : start + chunk], values), file, split, column)
+    bad: set[int] = set()
+    for column in (IMAGE_COLUMN, SYNTHETIC_IMAGE_COLUMN):
+        if column not in columns or not decode_images:
+            continue
+        source = image_sources.get(column)
+
+        def read(positions: range, column: str = column, source=source) -> list:
+            values = rows[positions.start : positions.stop][column]
+            return source.take_images(column, values) if source is not None else values
+
+        bad.update(check_images(row_numbers, read, file, split, column, skip_bad_images))
+    if bad:
+        rows = rows.select([position for position, row in enumerate(row_numbers) if row not in bad])
+        check_not_empty(len(rows), file, f"{split}, after skipping the rows whose image does not decode")
+    return rows
 
 
 class TrainingDataRecord(TrainerCallback):

@@ -9,6 +9,7 @@ import torch
 
 from ..encoders.beit3 import BEIT3_MAX_TEXT_LENGTH, BEiT3Config, BEiT3ForRetrieval
 from ..extras import require
+from ..models.artifacts import check_pickle_checkpoint
 from ..models.modeling_pacs import make_world_readable
 
 
@@ -41,6 +42,9 @@ def convert_beit3_checkpoint(
     require("sentencepiece", "pearl", "Converting BEiT-3 (its XLM-R tokenizer)")
     from transformers import XLMRobertaTokenizer
 
+    if not Path(checkpoint_path).is_file():
+        raise FileNotFoundError(f"checkpoint '{checkpoint_path}' does not exist")
+    check_pickle_checkpoint(checkpoint_path)  # a text file, an empty or truncated file: named, not an IndexError
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
     for wrapper in ("model", "module"):
         if isinstance(checkpoint, dict) and wrapper in checkpoint and isinstance(checkpoint[wrapper], dict):

@@ -155,6 +155,7 @@ class FeatureCache:
 
     def __init__(self, cache_dir: str | Path):
         cache_dir = Path(cache_dir)
+        self.directory = cache_dir
         manifest_path = cache_dir / MANIFEST
         if not manifest_path.is_file():
             raise FileNotFoundError(f"'{cache_dir}' is not a Pearl feature cache (no {MANIFEST}): run extraction first")

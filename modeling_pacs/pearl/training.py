@@ -11,6 +11,7 @@ gradient clipping 1.0, early stopping on validation Kendall tau-c with patience 
 import torch
 from transformers import TrainingArguments
 
+from ..data.validation import data_error
 from ..models.modeling_pearl import PearlModel
 from ..supervised import (
     PEARL_EARLY_STOPPING,
@@ -19,6 +20,7 @@ from ..supervised import (
     early_stopping_callback,
     supervised_training_arguments,
 )
+from ..supervised.data import LAYOUTS
 from .features import FeatureCache, assemble_batch
 
 # docs/spec/pearl.md#training (App. C; configs/xlmr/base/da-estimator-base.yaml).
@@ -40,6 +42,23 @@ PEARL_RECIPE = {
 }
 # Validation metrics as Pearl's evaluation reports them: 100 x Kendall tau-c and tau-b (docs/spec/pearl.md#evaluation).
 PEARL_METRICS = {"kendall_c": "kendall_c", "kendall_b": "kendall_b"}
+
+
+def check_rows_in_cache(rows: list[dict], cache: FeatureCache, source: str, split: str, layout: str) -> list[dict]:
+    """Pearl trains on cached features: every row's image, candidate and references must be in the cache, else one
+    `TrainingDataError` names the row before any step runs."""
+    columns = LAYOUTS[layout]
+    fix = "run extract_pearl_features.py on this data file (it adds what the cache lacks)"
+    for row in rows:
+        if row["image"] not in cache.image_index:
+            problem = f"image {row['image']!r} has no features in the cache '{cache.directory}'"
+            raise data_error(source, split, problem, fix, row["row"], columns["image"])
+        for column, texts in (("candidate", [row["candidate"]]), ("references", row["references"])):
+            missing = [text for text in texts if text not in cache.text_index]
+            if missing:
+                problem = f"{missing[0]!r} has no features in the cache '{cache.directory}'"
+                raise data_error(source, split, problem, fix, row["row"], columns[column])
+    return rows
 
 
 class PearlDataCollator:
@@ -126,6 +145,7 @@ __all__ = [
     "PEARL_RECIPE",
     "PearlDataCollator",
     "PearlTrainer",
+    "check_rows_in_cache",
     "PEARL_METRICS",
     "compute_pearl_metrics",
     "new_pearl_model",

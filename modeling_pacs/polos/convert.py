@@ -29,6 +29,7 @@ import yaml
 from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
 from ..hub import save_remote_code_model
+from ..models.artifacts import check_pickle_checkpoint
 from ..models.configuration_polos import PolosConfig
 from ..models.modeling_polos import PolosModel
 from ..output_paths import check_output_directory, staged_directory
@@ -146,12 +147,21 @@ def refused_globals(path: Path, error: Exception) -> list[str]:
     return sorted(named)
 
 
+def lightning_checkpoint_fix(model_name: str) -> str:
+    return (
+        f"Pass the .ckpt file that {model_name}'s Lightning trainer saved; if it was downloaded or copied, the copy "
+        "may be truncated: fetch it again"
+    )
+
+
 def load_lightning_checkpoint(path: str | os.PathLike, model_name: str) -> dict:
     """Read a Lightning 1.2 checkpoint of `model_name` (Polos, Pearl) with `weights_only=True`, only the two callback
     names of `ALLOWED_LIGHTNING_GLOBALS` allowed (as placeholders) and every tensor mapped to the CPU."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    # A text file, an empty or truncated file, a zip that is not torch's: named here, before torch.load.
+    check_pickle_checkpoint(path, f"{lightning_checkpoint_fix(model_name)}")
     try:
         with torch.serialization.safe_globals(lightning_placeholders()):
             checkpoint = torch.load(path, map_location="cpu", weights_only=True)
@@ -167,9 +177,8 @@ def load_lightning_checkpoint(path: str | os.PathLike, model_name: str) -> dict:
         inner = error.__context__ if isinstance(error, pickle.UnpicklingError) and error.__context__ else error
         reason = str(inner).strip().splitlines()[0] if str(inner).strip() else "the file ended early"
         raise CheckpointError(
-            f"'{path}' is not a readable PyTorch checkpoint ({type(inner).__name__}: {reason}). Pass the .ckpt file "
-            f"that {model_name}'s Lightning trainer saved; if it was downloaded or copied, the copy may be truncated: "
-            "fetch it again."
+            f"'{path}' is not a readable PyTorch checkpoint ({type(inner).__name__}: {reason}). "
+            f"{lightning_checkpoint_fix(model_name)}."
         ) from None
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
         found = sorted(map(str, checkpoint))[:MAX_KEYS_SHOWN] if isinstance(checkpoint, dict) else type(checkpoint)

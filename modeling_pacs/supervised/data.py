@@ -36,7 +36,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..data.sources import ImageReference, ParquetSource, is_bytes_type
+from ..data.sources import ImageReference, ParquetSource, is_bytes_type, resolve_references
+from ..data.validation import check_caption, check_images, check_not_empty
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +183,18 @@ def read_records(path: Path, layout: str, image_bytes: bool = False) -> list[dic
             check_columns(reader.fieldnames or [], layout, path.name)
             return list(reader)
     if suffix == ".jsonl":
+        records = []
         with path.open(encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    raise RowError(
+                        f"{path.name}: line {line_number} is not JSON ({error.msg}): one JSON object per line"
+                    ) from None
+        return records
     if suffix == ".parquet":
         return read_parquet_records(path, layout, image_bytes)
     raise ValueError(f"{path}: unsupported format {path.suffix!r} (use one of {list(FORMATS)})")
@@ -226,6 +237,42 @@ def read_rows(
     return rows_from_records(records, layout, path.name, references_required, image_root, image_bytes)
 
 
+def validate_rows(
+    rows: list[dict],
+    source: str,
+    split: str,
+    layout: str,
+    decode_images: bool = False,
+    skip_bad_images: bool = False,
+) -> list[dict]:
+    """Refuse a split that cannot be trained on before any step runs: no rows, an empty candidate or reference, and
+    with `decode_images` (Polos, which encodes images while training) an image that does not decode; with
+    `skip_bad_images` such rows are dropped and counted in a log line instead (`modeling_pacs.data.validation`)."""
+    check_not_empty(len(rows), source, split)
+    columns = LAYOUTS[layout]
+    for row in rows:
+        check_caption(row["candidate"], source, split, row["row"], columns["candidate"])
+        for reference in row["references"]:
+            check_caption(reference, source, split, row["row"], columns["references"])
+    if not decode_images:
+        return rows
+    numbers = [row["row"] for row in rows]
+    bad = set(
+        check_images(
+            numbers,
+            lambda positions: resolve_references([rows[position]["image"] for position in positions]),
+            source,
+            split,
+            columns["image"],
+            skip_bad_images,
+        )
+    )
+    if bad:
+        rows = [row for row in rows if row["row"] not in bad]
+        check_not_empty(len(rows), source, f"{split}, after skipping the rows whose image does not decode")
+    return rows
+
+
 def split_paths(data_dir: str | Path, layout: str = "spica") -> dict[str, Path]:
     """`{split: path}` of `<name>_{train,val,test}.csv` that exist in `data_dir` (`spica_train.csv`, ...; the
     `polaris_csv` layout's files are `polaris_train.csv`, ...)."""
@@ -246,4 +293,5 @@ __all__ = [
     "row_error",
     "rows_from_records",
     "split_paths",
+    "validate_rows",
 ]

@@ -259,9 +259,10 @@ def test_preparation_reads_no_image_byte_and_a_batch_reads_only_its_row_groups(
     corpus, tiny_model, tmp_path, guard_tables
 ):
     calls = guard_tables()
+    # decode_images=False: the up-front image check (tests/data/test_validation.py) streams every image once.
     data = load_training_data(
         required_columns(), tmp_path / "rows", karpathy_json=str(corpus["karpathy"]),
-        image_root=str(corpus["images"]), synthetic_data=str(corpus["synthetic"]),
+        image_root=str(corpus["images"]), synthetic_data=str(corpus["synthetic"]), decode_images=False,
     )  # fmt: skip
     source = data.image_sources["synthetic_image"]
     assert isinstance(source, ParquetSource) and calls  # the guards saw the construction calls

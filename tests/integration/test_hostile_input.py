@@ -14,7 +14,7 @@ import PIL.Image
 import pytest
 import torch
 
-from modeling_pacs import PACSConfig, PACSModel
+from modeling_pacs import CorruptArtifactError, PACSConfig, PACSModel
 from modeling_pacs.cli import main as pacs_pp_main
 from modeling_pacs.cli import score_main
 from modeling_pacs.loading import resolve_device
@@ -117,7 +117,9 @@ def test_missing_adapter_folder_names_the_path(tiny_model_dir, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(tiny_model_dir, copy)
     shutil.rmtree(copy / "adapter")
-    with pytest.raises(OSError, match=r"names a LoRA adapter at 'adapter', which does not exist in that folder"):
+    with pytest.raises(
+        CorruptArtifactError, match=r"copy/adapter': the LoRA adapter folder that config.json names .* is missing"
+    ):
         PACSModel.from_pretrained(copy, dtype=torch.float32)
 
 
