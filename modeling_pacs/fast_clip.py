@@ -66,6 +66,28 @@ class PackedLinear:
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
+class PackedReLULinear(PackedLinear):
+    """`relu(x @ weight.T + bias)`, the ReLU fused into the oneDNN kernel (exact: it only clamps)."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "relu", [], "")
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class PackedTanhHead:
+    """Linear + tanh blocks, a last Linear and a sigmoid (the heads of Polos and Pearl) on packed matrices, with
+    torch's own `tanh` and `sigmoid`: `[N, in] -> [N, 1]`."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        self.linears = [PackedLinear(linear.weight, linear.bias) for linear in linears]
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        for linear in self.linears[:-1]:
+            hidden = torch.tanh(linear(hidden))
+        return torch.sigmoid(self.linears[-1](hidden))
+
+
 class FastLayer:
     """One `CLIPEncoderLayer` (pre-norm attention and MLP, residuals) on packed matrices."""
 
@@ -167,27 +189,29 @@ class FastCLIPEncoders:
 class FastEncoderSlot:
     """The fast encoders built for a model's current weights, rebuilt when a weight is replaced or changed in place.
 
-    Copies and pickles of the slot start empty: packed oneDNN tensors cannot be copied (`copy.deepcopy(model)`).
+    `build(module)` makes them (default: `FastCLIPEncoders.build`; None where the path does not apply). Copies and
+    pickles of the slot start empty: packed oneDNN tensors cannot be copied (`copy.deepcopy(model)`).
     """
 
-    def __init__(self):
+    def __init__(self, build=None):
+        self.build = build or FastCLIPEncoders.build
         self.stamp: tuple | None = None
-        self.encoders: FastCLIPEncoders | None = None
+        self.encoders = None
 
-    def get(self, clip: nn.Module) -> "FastCLIPEncoders | None":
-        stamp = model_weights_stamp(clip)
+    def get(self, module: nn.Module):
+        stamp = model_weights_stamp(module)
         if self.stamp != stamp:
-            self.stamp, self.encoders = stamp, FastCLIPEncoders.build(clip)
+            self.stamp, self.encoders = stamp, self.build(module)
         return self.encoders
 
     def clear(self):
         self.stamp = self.encoders = None
 
     def __deepcopy__(self, memo) -> "FastEncoderSlot":
-        return FastEncoderSlot()
+        return FastEncoderSlot(self.build)
 
     def __reduce__(self):
-        return (FastEncoderSlot, ())
+        return (FastEncoderSlot, (self.build,))
 
 
 def end_of_text_positions(text_model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -199,4 +223,12 @@ def end_of_text_positions(text_model: nn.Module, input_ids: torch.Tensor) -> tor
     return (ids == text_model.eos_token_id).int().argmax(dim=-1)
 
 
-__all__ = ["FastCLIPEncoders", "FastEncoderSlot", "PackedLinear", "end_of_text_positions", "packed_linear_available"]
+__all__ = [
+    "FastCLIPEncoders",
+    "FastEncoderSlot",
+    "PackedLinear",
+    "PackedReLULinear",
+    "PackedTanhHead",
+    "end_of_text_positions",
+    "packed_linear_available",
+]
