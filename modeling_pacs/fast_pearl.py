@@ -72,6 +72,7 @@ class FastARSM:
         self.feature_dim = arsm.feature_dim
         self.diff_net = arsm.diff_net
         self.hadamard_net = FastHadamardNet(arsm.hadamard_net.network)
+        self.padding_value = self.hadamard_net.padding_value
         first, last = arsm.adapter[0], arsm.adapter[3]
         self.adapter_in = PackedReLULinear(first.weight, first.bias)
         self.adapter_out = PackedLinear(last.weight, last.bias)
@@ -85,7 +86,7 @@ class FastARSM:
         padding = (0, self.feature_dim - dim)
         both[0] = self.diff_net(F.pad(u, padding), F.pad(c, padding))
         both[1, :, :dim] = self.hadamard_net(u, c)
-        both[1, :, dim:] = self.hadamard_net.padding_value
+        both[1, :, dim:] = self.padding_value
         adapted = self.adapter_out(self.adapter_in(both))
         return torch.cat((adapted[0], adapted[1]), dim=-1)
 

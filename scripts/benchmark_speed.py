@@ -288,6 +288,22 @@ def vision_flops_per_image(config, pooled_last: bool = False) -> float:
     return 2.0 * macs
 
 
+def distinct_inputs(items) -> tuple[list[str], list[str]]:
+    """The workload's distinct image paths and distinct texts (candidates, then references), as both metrics see."""
+    paths = list(dict.fromkeys(path for path, _, _ in items))
+    texts = list(dict.fromkeys([caption for _, caption, _ in items] + [r for _, _, refs in items for r in refs]))
+    return paths, texts
+
+
+def clip_flops(model, items) -> float:
+    """FLOPs of a PAC-S-style metric's encoders on the workload: each distinct image and text once (as the engine
+    runs them: padding excluded, the last layer for the pooled position only)."""
+    paths, texts = distinct_inputs(items)
+    config = model.config.backbone_config
+    lengths = model.tokenize(texts)["attention_mask"].sum(dim=1)
+    return vision_flops_per_image(config, pooled_last=True) * len(paths) + text_flops(config, lengths, True)
+
+
 def synchronize(device: torch.device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -421,6 +437,39 @@ def best_time(function, repeats: int, warmup: bool = False) -> tuple[float, obje
         result = function()
         best = min(best, time.perf_counter() - start)
     return best, result
+
+
+def best_times(runs: dict, rounds: int, warmup: bool = True) -> dict[str, tuple[float, object]]:
+    """`{name: (best wall time, last result)}` of each run over `rounds` interleaved rounds: one call of every run
+    per round, so a burst of load from other jobs hits them alike (after one untimed call of each with `warmup`)."""
+    if warmup:
+        for function in runs.values():
+            function()
+    best = {name: (float("inf"), None) for name in runs}
+    for _ in range(rounds):
+        for name, function in runs.items():
+            start = time.perf_counter()
+            result = function()
+            best[name] = (min(best[name][0], time.perf_counter() - start), result)
+    return best
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages of `/proc/loadavg` ("n/a" where there is none)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def print_stage_table(title: str, rows: list[tuple[str, float, float]], peak: float, samples: int):
+    """Print `(stage, seconds, FLOPs or 0)` rows with ms/sample, GFLOP, GFLOP/s and the share of `peak` (GFLOP/s)."""
+    print(f"\n{title} (matmul peak {peak:.1f} GFLOP/s, {samples} samples)")
+    print(f"{'stage':44s} {'seconds':>8s} {'ms/sample':>10s} {'GFLOP':>9s} {'GFLOP/s':>8s} {'of peak':>8s}")
+    for stage, seconds, flops in rows:
+        rate = flops / seconds / 1e9 if flops and seconds > 0 else 0.0
+        numbers = f"{flops / 1e9:9.2f} {rate:8.1f} {rate / peak:8.0%}" if flops else f"{'':9s} {'':8s} {'':8s}"
+        print(f"{stage:44s} {seconds:8.3f} {1000 * seconds / samples:10.2f} {numbers}")
 
 
 def main():
