@@ -28,6 +28,8 @@ torch.Size([64, 512])
 ```
 """
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,8 +42,9 @@ logger = logging.get_logger(__name__)
 QUICK_GELU_SCALE = 1.702
 # transformers' activation name -> (torch function applied after the first MLP matrix, scale folded into that matrix).
 # torch's own `silu` / `gelu`, not oneDNN's fused post-ops: those approximate exp/erf differently and moved scores
-# by up to 1.04e-6 from transformers' path in one benchmark run (7.9e-7 with torch's).
-ACTIVATIONS = {"quick_gelu": (F.silu, QUICK_GELU_SCALE), "gelu": (F.gelu, 1.0)}
+# by up to 1.04e-6 from transformers' path in one benchmark run (7.9e-7 with torch's). In place, on the matrix
+# product's fresh output: no second MLP-wide temporary to allocate and fault in.
+ACTIVATIONS = {"quick_gelu": (partial(F.silu, inplace=True), QUICK_GELU_SCALE), "gelu": (torch.ops.aten.gelu_, 1.0)}
 
 
 def packed_linear_available() -> bool:
@@ -88,6 +91,31 @@ class PackedTanhHead:
         return torch.sigmoid(self.linears[-1](hidden))
 
 
+class PackedTokens:
+    """Where the real tokens of a right-padded `[batch, length]` batch sit, for layers that run on them alone:
+    `index` of each in the flattened batch, the `sentence` it belongs to, and the rows of each sentence's `first` and
+    `last` token in the packed `[tokens, width]` matrix."""
+
+    def __init__(self, lengths: list[int]):
+        self.batch, self.length = len(lengths), max(lengths)
+        self.lengths = torch.tensor(lengths)
+        self.mask = torch.arange(self.length)[None, :] < self.lengths[:, None]
+        self.index = self.mask.flatten().nonzero().squeeze(1)
+        self.sentence = torch.repeat_interleave(torch.arange(self.batch), self.lengths)
+        self.first = torch.cumsum(self.lengths, 0) - self.lengths
+        self.last = self.first + self.lengths - 1
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """`[batch, length or more, W]` -> `[tokens, W]`."""
+        return padded[:, : self.length].reshape(self.batch * self.length, -1)[self.index]
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """`[tokens, W]` -> `[batch, length, W]`, zeros on padding."""
+        padded = packed.new_zeros(self.batch * self.length, packed.shape[-1])
+        padded[self.index] = packed
+        return padded.view(self.batch, self.length, -1)
+
+
 class FastLayer:
     """One `CLIPEncoderLayer` (pre-norm attention and MLP, residuals) on packed matrices."""
 
@@ -121,6 +149,24 @@ class FastLayer:
             attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scale)
             attended = attended.transpose(1, 2).reshape(batch, 1, width)
             hidden = hidden[rows, pooled].unsqueeze(1)
+        hidden = hidden + self.out(attended)
+        return hidden + self.fc2(self.activation(self.fc1(self.norm2(hidden))))
+
+    def causal_packed(self, hidden: torch.Tensor, tokens: PackedTokens, last: bool = False) -> torch.Tensor:
+        """A causal layer on real tokens only: `[tokens, D]` -> `[tokens, D]`; with `last`, each sentence's last
+        token only: `[B, D]`. The padding after a sentence is never attended (causal), so it is never computed."""
+        width = hidden.shape[-1]
+        qkv = tokens.unpack(self.qkv(self.norm1(hidden))).view(tokens.batch, tokens.length, 3, self.heads, -1)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4)
+        if last:
+            query = query[torch.arange(tokens.batch), :, tokens.lengths - 1].unsqueeze(2)
+            mask = tokens.mask[:, None, None, :]
+            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scale)
+            attended = attended.reshape(tokens.batch, width)
+            hidden = hidden[tokens.last]
+        else:
+            attended = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale)
+            attended = tokens.pack(attended.transpose(1, 2))
         hidden = hidden + self.out(attended)
         return hidden + self.fc2(self.activation(self.fc1(self.norm2(hidden))))
 
@@ -175,9 +221,13 @@ class FastCLIPEncoders:
     def encode_texts(self, input_ids: torch.Tensor) -> torch.Tensor:
         """`text_projection(final_layer_norm(end-of-text token))`, as `CLIPModel.get_text_features`."""
         text = self.clip.text_model
-        hidden = text.embeddings(input_ids=input_ids)
-        hidden = self.run_layers(self.text_layers, hidden, causal=True, pooled=end_of_text_positions(text, input_ids))
-        return self.clip.text_projection(text.final_layer_norm(hidden[:, 0]))
+        # Positions after the end-of-text token never reach it (causal attention): the layers skip them.
+        tokens = PackedTokens((end_of_text_positions(text, input_ids) + 1).tolist())
+        hidden = tokens.pack(text.embeddings(input_ids=input_ids))
+        for layer in self.text_layers[:-1]:
+            hidden = layer.causal_packed(hidden, tokens)
+        hidden = self.text_layers[-1].causal_packed(hidden, tokens, last=True)
+        return self.clip.text_projection(text.final_layer_norm(hidden))
 
     @staticmethod
     def run_layers(layers: list[FastLayer], hidden: torch.Tensor, causal: bool, pooled: torch.Tensor) -> torch.Tensor:
@@ -228,6 +278,7 @@ __all__ = [
     "FastEncoderSlot",
     "PackedLinear",
     "PackedReLULinear",
+    "PackedTokens",
     "PackedTanhHead",
     "end_of_text_positions",
     "packed_linear_available",

@@ -24,27 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fast_clip import PackedLinear, PackedTanhHead, packed_linear_available
+from .fast_clip import PackedLinear, PackedTanhHead, PackedTokens, packed_linear_available
 from .scoring import SentenceStatistics
-
-
-class PackedTokens:
-    """Where the real tokens of a right-padded `[batch, length]` batch sit: `index` of each in the flattened batch,
-    `sentence` it belongs to, and `first` (row of each sentence's first token in the packed matrix)."""
-
-    def __init__(self, lengths: list[int]):
-        self.batch, self.length = len(lengths), max(lengths)
-        self.lengths = torch.tensor(lengths)
-        self.mask = torch.arange(self.length)[None, :] < self.lengths[:, None]
-        self.index = self.mask.flatten().nonzero().squeeze(1)
-        self.sentence = torch.repeat_interleave(torch.arange(self.batch), self.lengths)
-        self.first = torch.cumsum(self.lengths, 0) - self.lengths
-
-    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
-        """`[tokens, W]` -> `[batch, length, W]`, zeros on padding."""
-        padded = packed.new_zeros(self.batch * self.length, packed.shape[-1])
-        padded[self.index] = packed
-        return padded.view(self.batch, self.length, -1)
 
 
 class FastPostNormLayer:
@@ -67,9 +48,9 @@ class FastPostNormLayer:
         qkv = tokens.unpack(self.qkv(hidden)).view(tokens.batch, tokens.length, 3, self.heads, width // self.heads)
         query, key, value = qkv.permute(2, 0, 3, 1, 4)
         attended = F.scaled_dot_product_attention(query, key, value, attn_mask=tokens.mask[:, None, None, :])
-        attended = attended.transpose(1, 2).reshape(-1, width)[tokens.index]
+        attended = tokens.pack(attended.transpose(1, 2))
         hidden = self.norm1(hidden + self.out(attended))
-        return self.norm2(hidden + self.fc2(F.gelu(self.fc1(hidden))))
+        return self.norm2(hidden + self.fc2(torch.ops.aten.gelu_(self.fc1(hidden))))  # in place: no 2nd temporary
 
 
 def packed_statistics(hidden: torch.Tensor, tokens: PackedTokens) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,8 +96,7 @@ class FastRoberta:
     def statistics(self, input_ids: torch.Tensor, lengths: list[int]) -> SentenceStatistics:
         """[`SentenceStatistics`] of every layer (embedding output first) for right-padded `input_ids` `[B, T]`."""
         tokens = PackedTokens(lengths)
-        hidden = self.embeddings(input_ids=input_ids).reshape(-1, self.embeddings.word_embeddings.embedding_dim)
-        hidden = hidden[tokens.index]
+        hidden = tokens.pack(self.embeddings(input_ids=input_ids))
         sums, squares, first = [], [], []
         for layer in [None, *self.layers]:
             if layer is not None:
@@ -151,4 +131,4 @@ class FastPolosHead:
         return self.head(features).squeeze(-1)
 
 
-__all__ = ["FastPolosHead", "FastRoberta", "PackedTokens"]
+__all__ = ["FastPolosHead", "FastRoberta"]

@@ -286,8 +286,13 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=16, help="Pearl head batch (> 0)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds, best kept (> 0)")
     parser.add_argument("--encoders", choices=["full", "tiny", "none"], default="full", help="end-to-end encoders")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, one per core)")
     parser.add_argument("--output", type=Path, help="also write the figures as JSON")
     args = parser.parse_args()
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
     if args.items <= 0 or args.batch_size <= 0 or args.repeats <= 0 or not 1 <= args.references <= 5:
         parser.error("--items, --batch-size and --repeats must be > 0 and --references in 1..5")
     transformers.logging.set_verbosity_error()

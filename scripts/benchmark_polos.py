@@ -129,7 +129,10 @@ def main():
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
     parser.add_argument("--transformers-forward", action="store_true", help="also time fast_cpu_encoders=False")
     parser.add_argument("--no-profile", action="store_true", help="skip the per-stage profile")
+    parser.add_argument("--threads", type=positive_int, help="torch intra-op threads (default: one per core)")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     device = resolve_device(args.device)
     polos = load_model(args.polos_model, device=str(device)) if args.polos_model else random_polos().to(device)
