@@ -117,20 +117,37 @@ class PackedTokens:
 
 
 class FastLayer:
-    """One `CLIPEncoderLayer` (pre-norm attention and MLP, residuals) on packed matrices."""
+    """One pre-norm transformer layer (attention and MLP, residuals) on packed matrices: `CLIPEncoderLayer`, and
+    BLIP-2's vision layer (`from_parts`)."""
 
-    def __init__(self, layer: nn.Module, activation: str):
+    def __init__(self, qkv, out, fc1, fc2, activation, norm1: nn.Module, norm2: nn.Module, heads: int, scale: float):
+        self.qkv, self.out, self.fc1, self.fc2, self.activation = qkv, out, fc1, fc2, activation
+        self.norm1, self.norm2 = norm1, norm2
+        self.heads, self.scale = heads, scale
+
+    @classmethod
+    def from_clip(cls, layer: nn.Module, activation: str) -> "FastLayer":
         attention, mlp = layer.self_attn, layer.mlp
         scale = ACTIVATIONS[activation][1]
         weight = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
         bias = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
-        self.qkv = PackedLinear(weight, bias)
-        self.out = PackedLinear(attention.out_proj.weight, attention.out_proj.bias)
-        self.fc1 = PackedLinear(mlp.fc1.weight * scale, mlp.fc1.bias * scale)
-        self.fc2 = PackedLinear(mlp.fc2.weight / scale, mlp.fc2.bias)
-        self.activation = ACTIVATIONS[activation][0]
-        self.norm1, self.norm2 = layer.layer_norm1, layer.layer_norm2
-        self.heads, self.scale = attention.num_heads, attention.scale
+        return cls(
+            PackedLinear(weight, bias),
+            PackedLinear(attention.out_proj.weight, attention.out_proj.bias),
+            PackedLinear(mlp.fc1.weight * scale, mlp.fc1.bias * scale),
+            PackedLinear(mlp.fc2.weight / scale, mlp.fc2.bias),
+            ACTIVATIONS[activation][0],
+            layer.layer_norm1,
+            layer.layer_norm2,
+            attention.num_heads,
+            attention.scale,
+        )
+
+    @classmethod
+    def from_parts(cls, qkv, out, fc1, fc2, activation: str, norm1, norm2, heads: int, scale: float) -> "FastLayer":
+        """A layer whose q, k and v are already one `nn.Linear` (BLIP-2's vision layers); `activation` "gelu"."""
+        packed = [PackedLinear(linear.weight, linear.bias) for linear in (qkv, out, fc1, fc2)]
+        return cls(*packed, ACTIVATIONS[activation][0], norm1, norm2, heads, scale)
 
     def __call__(self, hidden: torch.Tensor, causal: bool, pooled: torch.Tensor | None = None) -> torch.Tensor:
         """`[B, T, D]` -> `[B, T, D]`; with `pooled` (`[B]` positions), only those positions: `[B, 1, D]`."""
@@ -190,8 +207,9 @@ class FastCLIPEncoders:
     def __init__(self, clip: nn.Module, vision_activation: str, text_activation: str):
         self.clip = clip
         with torch.no_grad():
-            self.vision_layers = [FastLayer(layer, vision_activation) for layer in clip.vision_model.encoder.layers]
-            self.text_layers = [FastLayer(layer, text_activation) for layer in clip.text_model.encoder.layers]
+            vision_layers, text_layers = clip.vision_model.encoder.layers, clip.text_model.encoder.layers
+            self.vision_layers = [FastLayer.from_clip(layer, vision_activation) for layer in vision_layers]
+            self.text_layers = [FastLayer.from_clip(layer, text_activation) for layer in text_layers]
 
     @classmethod
     def build(cls, clip: nn.Module) -> "FastCLIPEncoders | None":
