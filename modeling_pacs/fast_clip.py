@@ -28,6 +28,8 @@ torch.Size([64, 512])
 ```
 """
 
+import copy
+from contextlib import contextmanager
 from functools import partial
 
 import torch
@@ -67,6 +69,62 @@ class PackedLinear:
         flat = x.reshape(-1, x.shape[-1])
         out = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class PackedLinearForward:
+    """The `forward` of one `nn.Linear` (see `use_packed_linears`): oneDNN's packed kernel on CPU in fp32 without
+    gradients, `F.linear` otherwise. The packed copy is rebuilt when the weight or bias is replaced or changed."""
+
+    enabled = True  # False: every instance runs F.linear (`plain_linears()`)
+
+    def __init__(self, linear: nn.Linear):
+        self.linear = linear
+        self.stamp: tuple | None = None
+        self.packed: PackedLinear | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.linear.weight, self.linear.bias
+        if (
+            not PackedLinearForward.enabled
+            or torch.is_grad_enabled()
+            or weight.device.type != "cpu"
+            or weight.dtype != torch.float32
+            or x.dtype != torch.float32
+        ):
+            return F.linear(x, weight, bias)
+        stamp = (weight.data_ptr(), weight._version, None if bias is None else (bias.data_ptr(), bias._version))
+        if stamp != self.stamp:
+            self.stamp, self.packed = stamp, PackedLinear(weight, bias)
+        return self.packed(x)
+
+    def __deepcopy__(self, memo) -> "PackedLinearForward":
+        return PackedLinearForward(copy.deepcopy(self.linear, memo))  # packed oneDNN tensors cannot be copied
+
+    def __reduce__(self):
+        return (PackedLinearForward, (self.linear,))
+
+
+def use_packed_linears(module: nn.Module) -> int:
+    """Run every plain `nn.Linear` of `module` on packed oneDNN matrices in inference on CPU in fp32 (MKL, behind
+    `F.linear`, runs AVX2 code on AMD CPUs; oneDNN AVX-512). For encoders whose forward is not ours (BEiT-3, Stella,
+    BLIP-2's Q-Former): the weights are packed on first use, a second copy. Returns the number of layers."""
+    if not packed_linear_available():
+        return 0
+    linears = [layer for layer in module.modules() if type(layer) is nn.Linear]
+    for linear in linears:
+        if not isinstance(linear.__dict__.get("forward"), PackedLinearForward):
+            linear.forward = PackedLinearForward(linear)
+    return len(linears)
+
+
+@contextmanager
+def plain_linears():
+    """Inside the block, layers set up by `use_packed_linears` run `F.linear` (to compare, or to count FLOPs)."""
+    PackedLinearForward.enabled = False
+    try:
+        yield
+    finally:
+        PackedLinearForward.enabled = True
 
 
 class PackedReLULinear(PackedLinear):
@@ -295,9 +353,12 @@ __all__ = [
     "FastCLIPEncoders",
     "FastEncoderSlot",
     "PackedLinear",
+    "PackedLinearForward",
     "PackedReLULinear",
     "PackedTokens",
     "PackedTanhHead",
     "end_of_text_positions",
     "packed_linear_available",
+    "plain_linears",
+    "use_packed_linears",
 ]

@@ -7,7 +7,8 @@ share of this machine's measured fp32 matmul peak). Random weights: the arithmet
    RefPAC-S++ ViT-B/32 on the same workload. `--encoders full` (default) builds the encoders at their real sizes with
    random weights: PAC-S++ ViT-B/32, BLIP-2 `blip2-itm-vit-g` (EVA ViT-g/14 and the Q-Former), BEiT-3 base, and for
    Stella 400M (whose "new" architecture is Hub remote code this repository does not carry) a BERT stand-in of its
-   geometry (24 layers, width 1024, MLP 4096) with the 1024 -> 768 Dense; about 9 GB of memory. The head then sees
+   geometry (24 layers, width 1024, MLP 4096) with the 1024 -> 768 Dense; about 16 GB of memory (the encoders'
+   weights, 9 GB, and their packed copies for oneDNN). The head then sees
    the features it sees in real use (32 BLIP-2 tokens of 256 dimensions, ...). `--encoders tiny`: the tiny test
    encoders (width 32, 4 BLIP-2 tokens), whose small zero-padded features make the head cheaper than with real ones.
 
@@ -36,6 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from modeling_pacs import PACSModel, PearlConfig, PearlModel
 from modeling_pacs.encoders.clip import PACSEncoder
+from modeling_pacs.fast_clip import plain_linears
 from modeling_pacs.pearl.scorer import PearlScorer
 from modeling_pacs.pearl.tiny import make_tiny_pearl
 from modeling_pacs.tiny import make_tiny_model, vit_b32_clip_config
@@ -152,10 +154,12 @@ def instrument(model: PearlModel) -> StageClock:
     return clock
 
 
-def profile_head(head: PearlModel, clock: StageClock, features: dict, calls: int, rounds: int):
-    """`(best total seconds, per-stage rows)` of `calls` forwards, best of `rounds` per stage."""
+def profile_head(head: PearlModel, clock: StageClock, features: dict, calls: int, rounds: int, sample_peak):
+    """`(best total seconds, per-stage rows)` of `calls` forwards, best of `rounds` per stage (the matmul peak is
+    sampled before each round: the load of other jobs comes and goes)."""
     best_total, best_stages = float("inf"), {}
     for _ in range(rounds):
+        sample_peak()
         clock.reset()
         start = time.perf_counter()
         with torch.inference_mode():
@@ -241,13 +245,22 @@ def tiny_encoders(folder: Path) -> tuple[dict, PearlConfig]:
     return tiny.encoders, tiny.config
 
 
-def counted_flops(function) -> float:
-    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
-        function()
+def counted_flops(function, encoder) -> float:
+    """FLOPs of `function` on transformers' forward with `F.linear` (packed oneDNN kernels are invisible to
+    `FlopCounterMode`)."""
+    fast_vision = getattr(encoder, "fast_cpu_vision", None)
+    if fast_vision is not None:
+        encoder.fast_cpu_vision = False
+    try:
+        with plain_linears(), torch.inference_mode(), FlopCounterMode(display=False) as counter:
+            function()
+    finally:
+        if fast_vision is not None:
+            encoder.fast_cpu_vision = fast_vision
     return float(counter.get_total_flops())
 
 
-def profile_encoders(encoders: dict, config: PearlConfig, items, rounds: int) -> list[tuple[str, float, float]]:
+def profile_encoders(encoders: dict, config: PearlConfig, items, rounds: int, sample_peak) -> list:
     """Each encoder on the workload's distinct images and texts, timed alone (best of `rounds`):
     `(stage, seconds, FLOPs)`."""
     paths, texts = distinct_inputs(items)
@@ -255,10 +268,10 @@ def profile_encoders(encoders: dict, config: PearlConfig, items, rounds: int) ->
     jobs = []
     for name, encoder in encoders.items():
         if name in image_names:
-            jobs.append((f"{name} images ({len(paths)})", lambda e=encoder: e.encode_image(paths)))
-        jobs.append((f"{name} texts ({len(texts)})", lambda e=encoder: e.encode_text(texts)))
+            jobs.append((f"{name} images ({len(paths)})", encoder, lambda e=encoder: e.encode_image(paths)))
+        jobs.append((f"{name} texts ({len(texts)})", encoder, lambda e=encoder: e.encode_text(texts)))
     flops = {}
-    for stage, job in jobs:
+    for stage, encoder, job in jobs:
         if stage.startswith("clip"):  # fast_clip's packed kernels are invisible to FlopCounterMode: from the shapes
             model = encoders["clip"].model
             backbone = model.config.backbone_config
@@ -268,14 +281,16 @@ def profile_encoders(encoders: dict, config: PearlConfig, items, rounds: int) ->
                 flops[stage] = text_flops(backbone, model.tokenize(texts)["attention_mask"].sum(dim=1), True)
             job()  # builds fast_clip's packed copy outside the timing
         else:
-            flops[stage] = counted_flops(job)  # also the untimed first call
-    seconds = {stage: float("inf") for stage, _ in jobs}
+            flops[stage] = counted_flops(job, encoder)
+            job()  # packs the weights outside the timing
+    seconds = {stage: float("inf") for stage, _, _ in jobs}
     for _ in range(rounds):
-        for stage, job in jobs:
+        sample_peak()
+        for stage, _, job in jobs:
             start = time.perf_counter()
             job()
             seconds[stage] = min(seconds[stage], time.perf_counter() - start)
-    return [(stage, seconds[stage], flops[stage]) for stage, _ in jobs]
+    return [(stage, seconds[stage], flops[stage]) for stage, _, _ in jobs]
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -301,7 +316,10 @@ def main() -> int:
     figures = {"items": args.items, "references": args.references, "threads": torch.get_num_threads()}
     figures["load_average_before"] = load_average()
     print(f"load average before: {figures['load_average_before']}; threads={figures['threads']}")
-    peak = max(matmul_peak_gflops(device, torch.float32) for _ in range(args.repeats))
+    peaks = []
+
+    def sample_peak():
+        peaks.append(matmul_peak_gflops(device, torch.float32))
 
     head = PearlModel(PearlConfig()).eval()
     clock = instrument(head)
@@ -312,7 +330,7 @@ def main() -> int:
         features = head_features(head.config, args.batch_size, num_refs)
         with torch.inference_mode():
             head(**features)  # builds the packed copy and warms up outside the timing
-        total, rows = profile_head(head, clock, features, calls, args.repeats)
+        total, rows = profile_head(head, clock, features, calls, args.repeats, sample_peak)
         head_rows[label] = (total, rows)
         figures[f"pearl_head_{'ref_free' if not num_refs else 'ref_based'}_ms"] = 1000 * total / samples
         figures[f"pearl_head_{'ref_free' if not num_refs else 'ref_based'}_gflop"] = (
@@ -331,7 +349,7 @@ def main() -> int:
         encoder_rows = []
         if args.encoders != "none":
             if args.encoders == "full":
-                print("building the encoders at their real sizes (random weights; about 9 GB) ...", flush=True)
+                print("building the encoders at their real sizes (random weights; about 16 GB) ...", flush=True)
                 encoders, pearl_config = full_size_encoders(folder / "encoders"), PearlConfig()
             else:
                 encoders, tiny_config = tiny_encoders(folder)
@@ -350,7 +368,7 @@ def main() -> int:
         timings = best_times(runs, args.repeats)
         refpacs_flops = clip_flops(vit_b32, items)
         if args.encoders != "none":
-            encoder_rows = profile_encoders(encoders, pearl_config, items, args.repeats)
+            encoder_rows = profile_encoders(encoders, pearl_config, items, args.repeats, sample_peak)
             encoded = scorer.encode(images, candidates, references)
             head_seconds = float("inf")
             for _ in range(args.repeats):
@@ -360,6 +378,8 @@ def main() -> int:
                 head_seconds = min(head_seconds, time.perf_counter() - start)
             head_flops = sum(end_to_end_clock.flops.values())
             encoder_rows.append((f"Pearl head ({len(items)} items)", head_seconds, head_flops))
+    sample_peak()
+    peak = max(peaks)
     figures["load_average_after"] = load_average()
     figures["fp32_matmul_peak_gflops"] = peak
 

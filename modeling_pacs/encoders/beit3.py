@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
+from ..fast_clip import use_packed_linears
 from ..inputs import ImageInput
 from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
 
@@ -294,6 +295,7 @@ class BEiT3RetrievalEncoder:
         batch_size: int = 32,
     ):
         self.model = model.eval()
+        use_packed_linears(self.model)  # oneDNN's packed kernels in inference on CPU (fast_clip)
         self.tokenizer = tokenizer
         self.name = name
         self.dim = model.config.hidden_size

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from transformers import AutoTokenizer, Blip2TextModelWithProjection, Blip2VisionModelWithProjection
 
-from ..fast_clip import FastEncoderSlot, FastLayer, packed_linear_available
+from ..fast_clip import FastEncoderSlot, FastLayer, packed_linear_available, use_packed_linears
 from ..inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput
 from .base import EMPTY_TEXT, check_batch_size, load_square_batch, replace_empty
 
@@ -103,6 +103,8 @@ class BLIP2Encoder:
     ):
         self.vision_model = vision_model.eval()
         self.text_model = text_model.eval()
+        use_packed_linears(self.vision_model)  # the Q-Former's and projections' products (the ViT: FastBlip2Vision)
+        use_packed_linears(self.text_model)
         self.tokenizer = tokenizer
         self.name = name
         self.dim = vision_model.config.image_text_hidden_size
