@@ -197,7 +197,8 @@ def text_flops(config, lengths: torch.Tensor, pooled_last: bool = False) -> floa
 
 def distinct_inputs(items) -> tuple[list[str], list[str]]:
     """The workload's distinct image paths and distinct texts (candidates, then references), as both metrics see."""
-    paths, texts = distinct_inputs(items)
+    paths = list(dict.fromkeys(path for path, _, _ in items))
+    texts = list(dict.fromkeys([caption for _, caption, _ in items] + [r for _, _, refs in items for r in refs]))
     return paths, texts
 
 
