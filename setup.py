@@ -46,7 +46,20 @@ setup(
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         # SCST captioner: BLEU-4 / CIDEr(-D) in reports and rewards; TRL for the GRPO reward-function example.
         "captioning": ["pycocoevalcap==1.2", "trl>=1.16,<2"],
-        "dev": ["pytest", "pytest-timeout", "ruff", "torchmetrics==1.9.0", "scipy", "pandas", "pyarrow", "playwright"],
+        # Test tools, and the documentation site (mkdocs build --strict in CI and in tests/test_docs.py).
+        "dev": [
+            "pytest",
+            "pytest-timeout",
+            "ruff",
+            "torchmetrics==1.9.0",
+            "scipy",
+            "pandas",
+            "pyarrow",
+            "playwright",
+            "mkdocs>=1.6,<2",
+            "mkdocs-material>=9.5,<10",
+            "mkdocstrings[python]>=0.30",
+        ],
     },
     entry_points={
         "console_scripts": [

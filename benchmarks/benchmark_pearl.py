@@ -1,16 +1,16 @@
 """Pearl's cost per sample against RefPAC-S++, in one process, with a per-stage profile (seconds, GFLOP, GFLOP/s and
 share of this machine's measured fp32 matmul peak). Random weights: the arithmetic is the real one.
 
-1. Head only, on cached features: the default 103.55 M Pearl head (SPEC-pearl §4) on random features of the default
-   encoders' shapes (CLIP 512, BEiT-3 768, BLIP-2 32x256, Stella 768), reference-free and with `--references`.
+1. Head only, on cached features: the default 103.55 M Pearl head (docs/spec/pearl.md#vss) on random features of the
+   default encoders' shapes (CLIP 512, BEiT-3 768, BLIP-2 32x256, Stella 768), reference-free and with `--references`.
 2. End to end: images and captions in, scores out, through the four encoders and the default head, against
    RefPAC-S++ ViT-B/32 on the same workload. `--encoders full` (default) builds the encoders at their real sizes with
    random weights: PAC-S++ ViT-B/32, BLIP-2 `blip2-itm-vit-g` (EVA ViT-g/14 and the Q-Former), BEiT-3 base, and for
    Stella 400M (whose "new" architecture is Hub remote code this repository does not carry) a BERT stand-in of its
    geometry (24 layers, width 1024, MLP 4096) with the 1024 -> 768 Dense; about 16 GB of memory (the encoders'
-   weights, 9 GB, and their packed copies for oneDNN). The head then sees
-   the features it sees in real use (32 BLIP-2 tokens of 256 dimensions, ...). `--encoders tiny`: the tiny test
-   encoders (width 32, 4 BLIP-2 tokens), whose small zero-padded features make the head cheaper than with real ones.
+   weights, 9 GB, and their packed copies for oneDNN). The head then sees the features it sees in real use (32
+   BLIP-2 tokens of 256 dimensions, ...). `--encoders tiny`: the tiny test encoders (width 32, 4 BLIP-2 tokens),
+   whose small zero-padded features make the head cheaper than with real ones.
 
 Every timed run is interleaved with the others, `--repeats` rounds, best kept (other jobs' load hits them alike);
 the load average is printed. Time ratios to RefPAC-S++ are printed beside FLOP ratios: the FLOP ratio is what the

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Reward throughput of PAC-S++ / RefPAC-S++ for SCST, with and without the embedding cache, and the share of an
-SCST step spent in the reward (SPEC §5). ViT-B/32-sized RANDOM weights: timings only, the scores mean nothing.
+SCST step spent in the reward (docs/spec/pacs.md#scst). ViT-B/32-sized RANDOM weights: timings only, the scores mean
+nothing.
 
 Workload (the paper's SCST batch): 32 images x 5 beams = 160 candidate captions, 5 references per image.
 - no cache: every call encodes the 32 images, 160 candidates and 160 references;

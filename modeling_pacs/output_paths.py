@@ -1,6 +1,6 @@
 """Where commands may write: every command that writes a file or a directory checks its output here first.
 
-The rules (README, "Outputs"):
+The rules (docs/concepts/bad-input.md, "Outputs never destroy inputs or unrelated data"):
 - a command never writes over one of its inputs;
 - a directory output is never the current directory, one of its parents, the home or root folder, or a folder that
   contains an input;

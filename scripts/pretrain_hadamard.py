@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pretrain Pearl's HadamardNet to multiply (SPEC-pearl A2) and write the shipped initialisation.
+"""Pretrain Pearl's HadamardNet to multiply (docs/spec/pearl.md#a2) and write the shipped initialisation.
 
 The code is `modeling_pacs/cli/pretrain_hadamard.py`; run with --help for the options and examples.
 """

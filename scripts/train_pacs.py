@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train PAC-S++ (LoRA, lambda_v=0.1, lambda_t=0.001) or PAC-S (projections, 0.05 / 0.1) with positive-augmented
-contrastive learning (SPEC §3), and write a Hub-ready model directory.
+contrastive learning (docs/spec/pacs.md#training), and write a Hub-ready model directory.
 
 The code is `modeling_pacs/cli/train_pacs.py`; run with --help for the options and examples.
 """

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Train Pearl on cached features (SPEC-pearl §5): Spica layout by default, Nebula / Polaris with --layout.
+"""Train Pearl on cached features (docs/spec/pearl.md#training): Spica layout by default, Nebula / Polaris with
+--layout.
 
 The code is `modeling_pacs/cli/train_pearl.py`; run with --help for the options and examples.
 """

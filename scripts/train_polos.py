@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Train Polos on Polaris (SPEC-polos §3) and write a Hub-ready PolosModel directory.
+"""Train Polos on Polaris (docs/spec/polos.md#training) and write a Hub-ready PolosModel directory.
 
 The code is `modeling_pacs/cli/train_polos.py`; run with --help for the options and examples.
 """

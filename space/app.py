@@ -505,8 +505,8 @@ VIDEO_FILE_TYPES = (".mp4", ".webm", ".mkv", ".avi", ".mov")
 
 def build_video_tab(cache: ModelCache, selector_entries: list[str]):
     """The "Video captions" tab and its `/score_video` endpoint: a short clip, candidate captions, optional
-    references; per caption the EMScore-style video metric of `PACSModel.score_videos` (SPEC §2): P, R, F and coarse
-    against the frames (Eq. 13), and against the references with the combined score (Eq. 14) when given.
+    references; per caption the EMScore-style video metric of `PACSModel.score_videos` (docs/spec/pacs.md#video): P, R,
+    F and coarse against the frames (Eq. 13), and against the references with the combined score (Eq. 14) when given.
     """
     from modeling_pacs.models.video import VideoFile
 

@@ -1,5 +1,5 @@
-"""The captioner's evaluation report (SPEC §5, PAC-S++ paper Table 9): PAC-S++, RefPAC-S++, CLIP-S, RefCLIP-S, the
-grammar measures Rep-1..4 and %Incorrect, and BLEU-4 / CIDEr when `pycocoevalcap` is installed."""
+"""The captioner's evaluation report (docs/spec/pacs.md#scst, PAC-S++ paper Table 9): PAC-S++, RefPAC-S++, CLIP-S,
+RefCLIP-S, the grammar measures Rep-1..4 and %Incorrect, and BLEU-4 / CIDEr when `pycocoevalcap` is installed."""
 
 import importlib.util
 import math

@@ -1,4 +1,4 @@
-"""Grammar measures of generated captions (SPEC §5; PAC-S++ paper Sec. 5.8): Rep-n and %Incorrect.
+"""Grammar measures of generated captions (docs/spec/pacs.md#scst; PAC-S++ paper Sec. 5.8): Rep-n and %Incorrect.
 
 - Rep-n: the average, over captions, of the number of repeated n-grams in a caption, i.e. its count of n-grams
   minus its count of distinct n-grams ("a dog and a dog": Rep-1 = 2, Rep-2 = 1). The paper gives no code; this is

@@ -1,8 +1,9 @@
 """Caption rewards for reinforcement learning: PAC-S++ / RefPAC-S++ / CLIP-S (Eqs. 4, 5, 18) and CIDEr-D.
 
-[`PACSReward`] is a plain callable `(completions, images, references) -> list[float]`, batched through
-[`PACSModel.score`] (so through the formulas of `scoring.py` and the model's embedding cache). It also has the
-signature TRL's `GRPOTrainer` calls reward functions with: `reward(prompts=..., completions=..., completion_ids=...,
+[`PACSReward`][modeling_pacs.captioning.rewards.PACSReward] is a plain callable
+`(completions, images, references) -> list[float]`, batched through [`PACSModel.score`][modeling_pacs.PACSModel.score]
+(so through the formulas of `scoring.py` and the model's embedding cache). It also has the signature TRL's `GRPOTrainer`
+calls reward functions with: `reward(prompts=..., completions=..., completion_ids=...,
 **dataset_columns)`, where completions are strings or, for conversational (vision-language) prompts, lists of
 messages whose last one is the assistant's answer, and images come in the dataset's `image` or `images` column.
 """
@@ -52,16 +53,16 @@ class PACSReward:
     r"""
     PAC-S++ (or RefPAC-S++, CLIP-S, RefCLIP-S: the same code on another model) as a reward function.
 
-    Calls [`PACSModel.score`] once per batch and returns `scores` (Eq. 4) or, with `use_references=True`,
-    `ref_scores` (Eq. 5), as a list of Python floats in the order of `completions`. An [`EmbeddingCache`] is attached
-    to the model unless it has one (pass `cache=False` to score without), so images and references that recur across
-    steps (the beams of one image, the same references every epoch) are encoded once.
+    Calls [`PACSModel.score`][modeling_pacs.PACSModel.score] once per batch and returns `scores` (Eq. 4) or, with
+    `use_references=True`, `ref_scores` (Eq. 5), as a list of Python floats in the order of `completions`. An
+    `EmbeddingCache` is attached to the model unless it has one (pass `cache=False` to score without), so images and
+    references that recur across steps (the beams of one image, the same references every epoch) are encoded once.
 
     Args:
-        model ([`PACSModel`]): the scoring model (CLIP-S when it wraps plain CLIP).
+        model ([`PACSModel`][modeling_pacs.PACSModel]): the scoring model (CLIP-S when it wraps plain CLIP).
         use_references (`bool`, defaults to `False`): reward with the reference-based score; every call then needs
             `references`.
-        cache (`bool` or [`EmbeddingCache`], defaults to `True`): attach a new cache, a given one, or none.
+        cache (`bool` or `EmbeddingCache`, defaults to `True`): attach a new cache, a given one, or none.
         image_batch_size, text_batch_size (`int`): encoder batch sizes.
 
     Example:

@@ -1,5 +1,6 @@
-"""Training the captioner (SPEC §5): cross-entropy (Eq. 16) with the paper's schedule, then SCST (Eqs. 17-19) with a
-PAC-S++ / RefPAC-S++ / CLIP-S / CIDEr-D reward, and an on-disk cache of the frozen encoder's visual features.
+"""Training the captioner (docs/spec/pacs.md#scst): cross-entropy (Eq. 16) with the paper's schedule, then SCST (Eqs.
+17-19) with a PAC-S++ / RefPAC-S++ / CLIP-S / CIDEr-D reward, and an on-disk cache of the frozen encoder's visual
+features.
 
 Data flows one way: dataset rows `(image, captions)` -> [`CaptioningCollator`] (decoding and the CLIP image pipeline,
 or cached grid features; tokenisation) -> the captioner -> loss ([`PACSCaptionerForConditionalGeneration.forward`]

@@ -2,7 +2,7 @@
 
 Reads the user's local copy of the ORIGINAL benchmark files (nothing downloads), scores them with one or more models
 (--model) or takes any metric's per-item scores (--scores), applies the official protocol (or the papers' variant,
-see the options) and prints each table beside the papers' numbers. File layouts: README, 'Benchmark data layouts'.
+see the options) and prints each table beside the papers' numbers. File layouts: docs/guides/benchmark-releases.md.
 """
 
 import argparse
@@ -20,6 +20,8 @@ EPILOG = """
 examples:
   python scripts/evaluate_benchmarks.py --benchmark flickr8k_expert --data-dir data/flickr8k \\
       --model pac_s_pp_vit_b32 --model clip_s_vit_b32 --w 2.0 --output results/
+  python scripts/evaluate_benchmarks.py --benchmark vatex_eval --data-dir data/vatex_eval --model clip_s_vit_b32 \\
+      --video-features data/vatex_eval/VATEX-EVAL_video_feats
   python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --dump-items foil_items.jsonl
   python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --scores Polos=polos_scores.jsonl
   python scripts/evaluate_benchmarks.py --benchmark all --data-dir data/ --model pac_s_pp_vit_b32 --output out/
@@ -51,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="per-item scores of any metric (JSONL id/score[/ref_score]); no model is loaded",
     )
     parser.add_argument("--dump-items", type=Path, metavar="FILE", help="write the benchmark items as JSONL")
+    parser.add_argument(
+        "--video-features",
+        type=Path,
+        metavar="DIR",
+        help="VATEX-EVAL / ActivityNet-FOIL: EMScore's released CLIP ViT-B/32 features (<video_id>.pt in DIR or in "
+        "its VATEX-EVAL_video_feats/ / ActivityNet-FOIL_video_feats/) instead of the raw videos; CLIP-S models only "
+        "(PAC-S++ needs the raw videos)",
+    )
     parser.add_argument(
         "--captions",
         action="append",
@@ -185,6 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
         image_root=args.image_root,
         output=args.output,
         dump_items=args.dump_items,
+        video_features=args.video_features,
         w=args.w,
         device=args.device,
         dtype=args.dtype,

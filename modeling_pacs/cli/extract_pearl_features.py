@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         progress=not args.no_progress,
     )
     print(f"{len(rows)} rows: {counts['computed']} shards computed, {counts['skipped']} already cached in {args.cache}")
-    # SPEC-pearl A2: the HadamardNets were pretrained on U(low, high); report how much real data falls outside.
+    # docs/spec/pearl.md#a2: the HadamardNets were pretrained on U(low, high); report how much real data falls outside.
     with safe_open(HADAMARD_INIT_PATH, "pt") as handle:
         recipe = json.loads(handle.metadata()["recipe"])
     cache = FeatureCache(args.cache)

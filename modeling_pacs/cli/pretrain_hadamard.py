@@ -1,4 +1,4 @@
-"""Pretrain Pearl's HadamardNet to multiply (SPEC-pearl A2) and write the shipped initialisation.
+"""Pretrain Pearl's HadamardNet to multiply (docs/spec/pearl.md#a2) and write the shipped initialisation.
 
 python scripts/pretrain_hadamard.py                      # rebuilds modeling_pacs/assets/pearl_hadamard_init.safetensors
 python scripts/pretrain_hadamard.py --steps 50 --output /tmp/h.safetensors

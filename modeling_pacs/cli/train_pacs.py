@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Train PAC-S++ (LoRA, lambda_v=0.1, lambda_t=0.001) or PAC-S (projections, 0.05 / 0.1) with positive-augmented
-contrastive learning (SPEC §3), and write a Hub-ready model directory.
+contrastive learning (docs/spec/pacs.md#training), and write a Hub-ready model directory.
 
 Data: COCO Karpathy (`--karpathy_json dataset_coco.json --image_root COCO_DIR --synthetic_data SHARDS`) or any
 `datasets` dataset with the columns `image`, `caption`, `synthetic_image`, `synthetic_caption`
@@ -102,7 +102,8 @@ class DataArguments:
 
 def main(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    # SPEC §3: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override these.
+    # docs/spec/pacs.md#training: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override
+    # these.
     parser.set_defaults(learning_rate=1e-4, lr_scheduler_type="constant", optim="adamw_torch")
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)

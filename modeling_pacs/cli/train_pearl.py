@@ -1,4 +1,5 @@
-"""Train Pearl on cached features (SPEC-pearl §5): Spica layout by default, Nebula / Polaris with --layout.
+"""Train Pearl on cached features (docs/spec/pearl.md#training): Spica layout by default, Nebula / Polaris with
+--layout.
 
     python scripts/train_pearl.py --data data/ --cache features/ --init PEARL_DIR --output runs/pearl
     python scripts/train_pearl.py ... --resume            # continue from the last checkpoint in --output

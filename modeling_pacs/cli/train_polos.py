@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Train Polos on Polaris (SPEC-polos §3) and write a Hub-ready PolosModel directory.
+"""Train Polos on Polaris (docs/spec/polos.md#training) and write a Hub-ready PolosModel directory.
 
 The code's recipe by default (head + ScalarMix trained, encoders frozen, summed MSE, Adam lr 3e-5, batch 64 x 4
 accumulation, clip 1.0, seed 42) with the paper's early stopping (validation Kendall tau-c, patience 5);

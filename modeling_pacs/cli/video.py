@@ -1,4 +1,4 @@
-"""`pacs-score` on videos: the EMScore-style video metric (SPEC §2) for items whose media are videos.
+"""`pacs-score` on videos: the EMScore-style video metric (docs/spec/pacs.md#video) for items whose media are videos.
 
 Items are videos when `--video` is given or every media path has a video extension (mp4, webm, mkv, avi, mov, ...);
 `--video` also accepts folders of frame images. The scores come from `PACSModel.score_videos`.
@@ -16,7 +16,8 @@ from .arguments import positive_int
 VIDEO_EPILOG = """
 videos:
   Items whose "image" (or "video") is a video file (mp4, webm, mkv, avi, mov, ...) are scored with the video metric
-  (EMScore-style, SPEC §2): per caption P, R, F and coarse against the frames, and against references if given.
+  (EMScore-style, docs/spec/pacs.md#video): per caption P, R, F and coarse against the frames, and against references if
+  given.
   --video treats every item as a video (also folders of frame images).
   pacs-score videos.jsonl --num-frames 10 --idf vatex_train_captions.txt --output video_scores.json
 """

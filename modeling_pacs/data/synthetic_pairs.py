@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 SYNTHETIC_IMAGE_COLUMN = "synthetic_image"
 SYNTHETIC_CAPTION_COLUMN = "synthetic_caption"
-# The Karpathy splits of each training split (SPEC §3: restval trains).
+# The Karpathy splits of each training split (docs/spec/pacs.md#training: restval trains).
 KARPATHY_TRAINING_SPLITS = {"train": ("train", "restval"), "validation": ("val",)}
 
 

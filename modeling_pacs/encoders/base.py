@@ -9,7 +9,7 @@ import torch
 
 from ..models.inputs import ImageInput, load_image
 
-# Pearl's extractors replace empty captions with this for BLIP-2, BEiT-3 and Stella (SPEC-pearl §2).
+# Pearl's extractors replace empty captions with this for BLIP-2, BEiT-3 and Stella (docs/spec/pearl.md#encoders).
 EMPTY_TEXT = "[EMPTY]"
 
 

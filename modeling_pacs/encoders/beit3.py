@@ -1,14 +1,15 @@
 """BEiT-3 base retrieval (unilm `BEiT3ForRetrieval` on torchscale), ported as a transformers model, and its converter.
 
-Architecture (torchscale `EncoderConfig` as Pearl builds it, SPEC-pearl §2): a Multiway transformer (`A` = vision,
-`B` = language copies of every projection, LayerNorm and FFN; shared nothing else), pre-LN with sub-LN (`inner_attn_ln`
-before the attention output projection, `ffn_layernorm` inside the FFN), exact GELU, LayerNorm eps 1e-5, learned
-positions starting at index 2 (fairseq), unscaled embeddings, a final Multiway LayerNorm; `vision_head` /
+Architecture (torchscale `EncoderConfig` as Pearl builds it, docs/spec/pearl.md#encoders): a Multiway transformer (`A` =
+vision, `B` = language copies of every projection, LayerNorm and FFN; shared nothing else), pre-LN with sub-LN
+(`inner_attn_ln` before the attention output projection, `ffn_layernorm` inside the FFN), exact GELU, LayerNorm eps
+1e-5, learned positions starting at index 2 (fairseq), unscaled embeddings, a final Multiway LayerNorm; `vision_head` /
 `language_head` (no bias) on the first token, L2-normalised. Module names equal the official checkpoint's keys, so the
 converter is a checked identity: every key used, every shape equal.
 
-Deviation (SPEC-pearl A9): Pearl feeds texts without a padding mask, so its text features depend on the batch; we pass
-the tokenizer's mask (features independent of the batch). Images: `Resize((224, 224))` (bilinear) + ImageNet mean/std.
+Deviation (docs/spec/pearl.md#a9): Pearl feeds texts without a padding mask, so its text features depend on the batch;
+we pass the tokenizer's mask (features independent of the batch). Images: `Resize((224, 224))` (bilinear) + ImageNet
+mean/std.
 """
 
 import torch

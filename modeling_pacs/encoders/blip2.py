@@ -1,4 +1,5 @@
-"""BLIP-2 image-text-matching features (SPEC-pearl §2): `Salesforce/blip2-itm-vit-g`, the LAVIS model Pearl used.
+"""BLIP-2 image-text-matching features (docs/spec/pearl.md#encoders): `Salesforce/blip2-itm-vit-g`, the LAVIS model
+Pearl used.
 
 Image: the Q-Former query outputs through `vision_projection`, L2-normalised: `[B, 32, 256]`.
 Text: the `[CLS]` output through `text_projection`, L2-normalised: `[B, 256]`, after LAVIS' caption normalisation (A13).

@@ -1,4 +1,5 @@
-"""CLIP / PAC-S++ features from this engine's `PACSModel` (SPEC-pearl §2, A1): raw (unnormalised) projections."""
+"""CLIP / PAC-S++ features from this engine's `PACSModel` (docs/spec/pearl.md#encoders, docs/spec/pearl.md#a1): raw
+(unnormalised) projections."""
 
 import torch
 

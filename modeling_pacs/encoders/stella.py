@@ -1,5 +1,5 @@
-"""Stella text features (SPEC-pearl §2): `NovaSearch/stella_en_400M_v5` (remote code), masked mean pooling of the last
-hidden state, the `2_Dense_768` projection (1024 -> 768), L2 normalisation; max length 512, no prompt.
+"""Stella text features (docs/spec/pearl.md#encoders): `NovaSearch/stella_en_400M_v5` (remote code), masked mean pooling
+of the last hidden state, the `2_Dense_768` projection (1024 -> 768), L2 normalisation; max length 512, no prompt.
 
 Stella runs on `Alibaba-NLP/new-impl`'s remote code (`NewConfig` / `NewModel`), written for transformers 4. Under
 transformers 5 [`load_text_model`] makes it run as it did there: without xformers it takes the padded attention path

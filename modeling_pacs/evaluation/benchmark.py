@@ -1,4 +1,4 @@
-"""What every benchmark loader returns, and the file readers they share (BENCHMARKS.md §1-§9).
+"""What every benchmark loader returns, and the file readers they share (docs/spec/benchmarks.md).
 
 An item is one scored caption: `{"id", "image" or "video", "candidate", "references", ...}` plus the fields its
 protocol needs (human rating, pair, category). Ids are stable strings built from the original files, so scores
@@ -18,7 +18,10 @@ from typing import Any
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
-DOCS = "README, section 'Benchmark data layouts'"
+DOCS = "docs/guides/benchmark-releases.md"
+
+
+RATED_CSV_LAYOUT = "a CSV with columns mt, refs (a Python list literal), score, imgid"
 
 
 class BenchmarkDataError(ValueError):
@@ -31,8 +34,8 @@ def data_error(path: Path, problem: str, layout: str, benchmark: str) -> Benchma
 
 @dataclass
 class BenchmarkOptions:
-    """Protocol switches; each default is the official code's behaviour (BENCHMARKS.md §11), the alternative the
-    papers'. Every report states the values used."""
+    """Protocol switches; each default is the official code's behaviour (docs/spec/benchmarks.md#disagreements), the
+    alternative the papers'. Every report states the values used."""
 
     official_rounding: bool = False  # Polos/DENEB: raw coefficient rounded to 4 decimals (CSV benchmarks)
     composite_remove_candidate: bool = False  # DENEB CSV / HF copy: drop references equal to the candidate (paper)
@@ -101,7 +104,7 @@ def read_tab_lines(path: Path, num_fields: int, layout: str, benchmark: str) -> 
 
 def read_rated_csv(path: Path, benchmark: str) -> list[dict]:
     """The Polos/DENEB CSV (`mt, refs, score, imgid`; `refs` a Python list literal), rows in file order."""
-    layout = "a CSV with columns mt, refs (a Python list literal), score, imgid"
+    layout = RATED_CSV_LAYOUT
     require_file(path, layout, benchmark)
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)

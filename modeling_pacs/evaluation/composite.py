@@ -1,5 +1,5 @@
-"""Composite from its original release (BENCHMARKS.md §3): the six AMT_eval MTurk result files of Aditya et al.
-(2015) plus the references of the three source corpora.
+"""Composite from its original release (docs/spec/benchmarks.md#composite): the six AMT_eval MTurk result files of
+Aditya et al. (2015) plus the references of the three source corpora.
 
 No official loader of these files exists (the only official Composite code, DENEB's, reads a pre-built CSV: see
 `rated_csv.py`). The layout below was verified against the three public third-party loaders that read the release:
@@ -19,10 +19,11 @@ No official loader of these files exists (the only official Composite code, DENE
   reads them with `sep=";"`, keeps the `Input.*`/`Answer.*` columns (image URL first) and drops the last two rows
   (`data_in.iloc[0:-2, ...]`).
 
-Protocol (**[paper-derived]**, BENCHMARKS.md §3): one item per rated caption, rating "correctness" (CLIPScore
-issue #7), references = the image's source-corpus references minus exact matches of the candidate (CLIPScore §4.1;
-option: keep them), strings whitespace-normalised as pacscore/clipscore do (§0), NaN or empty ratings skipped and
-logged (the pacscore policy of §1), statistics Kendall tau_b and tau_c (headline tau_c), Spearman and Pearson.
+Protocol (**[paper-derived]**, docs/spec/benchmarks.md#composite): one item per rated caption, rating "correctness"
+(CLIPScore issue #7), references = the image's source-corpus references minus exact matches of the candidate
+(CLIPScore §4.1; option: keep them), strings whitespace-normalised as pacscore/clipscore do
+(docs/spec/benchmarks.md#common), NaN or empty ratings skipped and logged (the pacscore policy,
+docs/spec/benchmarks.md#flickr8k-expert), statistics Kendall tau_b and tau_c (headline tau_c), Spearman and Pearson.
 """
 
 import csv
@@ -36,45 +37,44 @@ from .benchmark import (
     Benchmark,
     BenchmarkOptions,
     data_error,
-    first_existing,
     normalise_spaces,
     read_json,
     read_tab_lines,
     require_file,
 )
 from .protocols import correlation_report
+from .releases import find, folder_or_first, locate
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
 TITLE = "Composite"
 RATINGS = ("correctness", "thoroughness", "mean")
-# subset -> (reference file, image folders tried in order, relative to the data directory)
-SUBSETS = {
-    "8k": ("Flickr8k.token.txt", ["Flicker8k_Dataset", "Flickr8k_Dataset", "images"]),
-    "30k": ("results_20130124.token", ["flickr30k-images", "flickr30k_images", "images"]),
-    "coco": ("captions_val2014.json", ["val2014", "images"]),
-}
+# subset -> reference file name (its folder and the image folders: releases.RELEASES["composite"])
+SUBSETS = {"8k": "Flickr8k.token.txt", "30k": "results_20130124.token", "coco": "captions_val2014.json"}
 # the release's spelling of "thoroughness"
 FILE_RATINGS = {"correctness": "correctness", "thoroughness": "throughness"}
-AMT_FILES = [f"{subset}_{kind}.csv" for subset in SUBSETS for kind in FILE_RATINGS.values()]
+AMT_ROLES = [f"amt_{subset}_{kind}" for subset in SUBSETS for kind in FILE_RATINGS.values()]
 CSV_LAYOUT = (
-    "the AMT_eval MTurk results: ';'-separated, a header row with Input.image_url, Input.text1..Input.textN and "
+    "the AMT_eval MTurk results (in AMT_eval/ or in the data folder): ';'-separated, a header row with "
+    "Input.image_url, Input.text1..Input.textN and "
     "Answer.Q1Answer..Answer.QNAnswer (N = 3 for 8k, 4 for 30k and coco; 1-5 ratings), summary rows without an image "
     "URL at the end"
 )
 TOKEN_LAYOUT = "{name}: '<image>.jpg#<k>\\t<caption>' per line"
 COCO_LAYOUT = (
-    "captions_val2014.json: COCO captions JSON with 'images' (id, file_name) and 'annotations' (image_id, caption)"
+    "annotations/captions_val2014.json (or captions_val2014.json): COCO captions JSON with 'images' (id, file_name) "
+    "and 'annotations' (image_id, caption)"
 )
 # CLIPScore §4.1 / SPICE: 11,985 judgements = 3,995 images x 3; the 30k and COCO files rate 4 captions per image,
-# and which caption the papers left out is not documented anywhere found (BENCHMARKS.md §3, §12).
+# and which caption the papers left out is not documented anywhere found (docs/spec/benchmarks.md#composite,
+# docs/spec/benchmarks.md#open-questions).
 PAPER_JUDGEMENTS = 11985
 IMAGE_NAME = re.compile(r"\.(jpe?g|png)$", re.IGNORECASE)
 
 
 def has_amt_files(data_dir: Path) -> bool:
     """Whether `data_dir` holds any of the six original AMT_eval files."""
-    return any((data_dir / name).is_file() for name in AMT_FILES)
+    return any(find(data_dir, "composite", role) is not None for role in AMT_ROLES)
 
 
 def decode_text(path: Path) -> str:
@@ -174,7 +174,7 @@ def read_coco_references(path: Path) -> dict[str, list[str]]:
 def subset_rows(data_dir: Path, subset: str, rating: str) -> tuple[list[dict], list[Path]]:
     """Rows of one subset with the chosen rating; `mean` matches the two files by image URL occurrence."""
     kinds = list(FILE_RATINGS.values()) if rating == "mean" else [FILE_RATINGS[rating]]
-    paths = [data_dir / f"{subset}_{kind}.csv" for kind in kinds]
+    paths = [locate(data_dir, "composite", f"amt_{subset}_{kind}", CSV_LAYOUT, TITLE) for kind in kinds]
     tables = [read_amt_csv(path) for path in paths]
     rows = tables[0]
     if rating == "mean":
@@ -213,15 +213,16 @@ def load_amt(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
     if keep and options.composite_remove_candidate:
         raise ValueError("composite_keep_candidate and composite_remove_candidate contradict each other")
     items, files, skipped, removed = [], [], 0, 0
-    for subset, (reference_name, image_folders) in SUBSETS.items():
+    for subset, reference_name in SUBSETS.items():
         rows, csv_paths = subset_rows(data_dir, subset, rating)
-        reference_path = data_dir / reference_name
+        reference_layout = COCO_LAYOUT if subset == "coco" else TOKEN_LAYOUT.format(name=reference_name)
+        reference_path = locate(data_dir, "composite", f"references_{subset}", reference_layout, TITLE)
         if subset == "coco":
             references_by_image = read_coco_references(reference_path)
         else:
             references_by_image = read_token_references(reference_path)
         files += [*csv_paths, reference_path]
-        image_dir = first_existing([(data_dir / folder).resolve() for folder in image_folders])
+        image_dir = folder_or_first(data_dir, "composite", f"images_{subset}").resolve()
         occurrences: dict[str, int] = {}
         for row in rows:
             name = PurePosixPath(row["url"]).name
@@ -230,7 +231,7 @@ def load_amt(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
                 raise data_error(
                     reference_path,
                     f"no references for image {name} ({csv_paths[0].name} line {row['line']})",
-                    TOKEN_LAYOUT.format(name=reference_name) if subset != "coco" else COCO_LAYOUT,
+                    reference_layout,
                     TITLE,
                 )
             references = [normalise_spaces(reference) for reference in references_by_image[name]]

@@ -19,8 +19,8 @@ The unverified names are matched ignoring case and punctuation, with a few alter
 resolved per source as the card documents, under `images/<source>/` (nothing is downloaded).
 
 Protocol (the statistics of the CAPTURE README's consistency table; the paper's text and the authors' evaluation
-code are not public, so the level and the definitions are our reading, docs-drafts/detailcaps.md): one item per
-(image, LVLM caption) with a judgement; rows whose `GPT4_Eval` is null are skipped. Statistics over all items:
+code are not public, so the level and the definitions are our reading, docs/guides/benchmarks.md#detailcaps): one item
+per (image, LVLM caption) with a judgement; rows whose `GPT4_Eval` is null are skipped. Statistics over all items:
 Pearson (`PCC rho`), Kendall tau_b (`Kendall's tau`) and tau_c; per image: Kendall tau_b over its captions,
 averaged over the images where it is defined (`Sample tau`); and `1 - R^2` with the judge's scores taken as
 predictions of the metric's (`protocols.one_minus_r_squared`).

@@ -1,4 +1,5 @@
-"""Flickr8k-Expert and Flickr8k-CF (BENCHMARKS.md §1-§2): clipscore's JSON files, or the raw Hodosh text files.
+"""Flickr8k-Expert and Flickr8k-CF (docs/spec/benchmarks.md#flickr8k-expert, docs/spec/benchmarks.md#flickr8k-cf):
+clipscore's JSON files, or the raw Hodosh text files.
 
 The raw files are turned into the same structure clipscore's `flickr8k_example/download.py` writes, with its
 exclusions: Expert drops pairs whose candidate is one of the image's references; CF removes every judged candidate
@@ -17,11 +18,11 @@ from .benchmark import (
     normalise_spaces,
     read_json,
     read_tab_lines,
-    require_file,
     scores_for,
 )
 from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import kendall_tau
+from .releases import find, locate, release_file
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -29,7 +30,8 @@ EXPERT = "Flickr8k-Expert"
 CROWDFLOWER = "Flickr8k-CF"
 JSON_LAYOUT = (
     "clipscore's {name} (a dict image_id -> {{image_path, ground_truth: [refs], human_judgement: [{{caption, "
-    "rating}}]}}) with images in images/ or Flicker8k_Dataset/, or the raw files Flickr8k.token.txt + {raw}"
+    "rating}}]}}) with images in images/ or Flicker8k_Dataset/, or the raw files Flickr8k.token.txt + {raw} "
+    "(in Flickr8k_text/ as Flickr8k_text.zip extracts, or in the data folder)"
 )
 TOKEN_LAYOUT = "Flickr8k.token.txt: '<image>.jpg#<k>\\t<caption>' per line"
 
@@ -37,7 +39,9 @@ TOKEN_LAYOUT = "Flickr8k.token.txt: '<image>.jpg#<k>\\t<caption>' per line"
 def read_tokens(data_dir: Path, benchmark: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     """References per image id (no extension) and caption per caption id, as download.py reads them."""
     references, captions = defaultdict(list), {}
-    for caption_id, caption in read_tab_lines(data_dir / "Flickr8k.token.txt", 2, TOKEN_LAYOUT, benchmark):
+    name = "flickr8k_expert" if benchmark == EXPERT else "flickr8k_cf"
+    path = locate(data_dir, name, "tokens", TOKEN_LAYOUT, benchmark)
+    for caption_id, caption in read_tab_lines(path, 2, TOKEN_LAYOUT, benchmark):
         references[caption_id.split("#")[0]].append(caption)
         captions[caption_id] = caption
     return {image.split(".")[0]: refs for image, refs in references.items()}, captions
@@ -47,7 +51,7 @@ def build_expert_json(data_dir: Path) -> dict:
     """download.py:116-137 from `ExpertAnnotations.txt`: three entries per pair, pairs in a reference skipped."""
     references, captions = read_tokens(data_dir, EXPERT)
     layout = "ExpertAnnotations.txt: '<image>.jpg\\t<image>.jpg#<k>\\t<e1>\\t<e2>\\t<e3>' per line"
-    path = data_dir / "ExpertAnnotations.txt"
+    path = locate(data_dir, "flickr8k_expert", "annotations", layout, EXPERT)
     index, skipped = {}, 0
     for image, caption_id, *ratings in read_tab_lines(path, 5, layout, EXPERT):
         if caption_id not in captions:
@@ -71,7 +75,7 @@ def build_crowdflower_json(data_dir: Path) -> dict:
     """download.py:50-88 from `CrowdFlowerAnnotations.txt`, including the accumulated reference removal."""
     references, captions = read_tokens(data_dir, CROWDFLOWER)
     layout = "CrowdFlowerAnnotations.txt: '<image>.jpg\\t<image>.jpg#<k>\\t<yes_prec>\\t<n_yes>\\t<n_no>' per line"
-    path = data_dir / "CrowdFlowerAnnotations.txt"
+    path = locate(data_dir, "flickr8k_cf", "annotations", layout, CROWDFLOWER)
     index = {}
     for image, caption_id, yes_share, _, _ in read_tab_lines(path, 5, layout, CROWDFLOWER):
         if caption_id not in captions:
@@ -166,17 +170,23 @@ def load_flickr8k(data_dir: Path, crowdflower: bool) -> Benchmark:
     layout = JSON_LAYOUT.format(name=json_name, raw=raw_name)
     json_path = data_dir / json_name
     name = "flickr8k_cf" if crowdflower else "flickr8k_expert"
-    if not json_path.is_file() and not (data_dir / raw_name).is_file() and find_hf_copy(data_dir) is not None:
+    raw_path = find(data_dir, name, "annotations")
+    if not json_path.is_file() and raw_path is None and find_hf_copy(data_dir) is not None:
         return items_from_hf(name, data_dir, crowdflower)
-    if json_path.is_file() or not (data_dir / raw_name).is_file():
+    if not json_path.is_file() and raw_path is None:
+        tried = ", ".join(str(data_dir / relative) for relative in release_file(name, "annotations").paths)
+        raise data_error(json_path, f"file not found, nor the raw {raw_name} (looked for {tried})", layout, benchmark)
+    if json_path.is_file():
         index = read_json(json_path, layout, benchmark)
         if not isinstance(index, dict):
             raise data_error(json_path, "the top level is not an object keyed by image id", layout, benchmark)
         files, source = [json_path], json_name
     else:
         index = build_crowdflower_json(data_dir) if crowdflower else build_expert_json(data_dir)
-        files = [require_file(data_dir / "Flickr8k.token.txt", TOKEN_LAYOUT, benchmark), data_dir / raw_name]
-        source = f"Flickr8k.token.txt + {raw_name}, rebuilt as clipscore's download.py"
+        files = [locate(data_dir, name, "tokens", TOKEN_LAYOUT, benchmark), raw_path]
+        source = (
+            f"{files[0].relative_to(data_dir)} + {raw_path.relative_to(data_dir)}, rebuilt as clipscore's download.py"
+        )
     items = items_from_json(name, index, data_dir, json_path, benchmark, layout)
     headline = "kendall_tau_b" if crowdflower else "kendall_tau_c"
     protocol = {

@@ -1,4 +1,5 @@
-"""FOIL (BENCHMARKS.md §5): `foilv1.0_test_2017.json` + COCO `captions_val2014.json` (+ `dataset_coco.json`).
+"""FOIL (docs/spec/benchmarks.md#foil): `foilv1.0_test_2017.json` + COCO `captions_val2014.json` (+
+`dataset_coco.json`).
 
 Pairs, by `pairs=`:
 - "all" (official Polos `compute_foil.py`): every (foil, original) pair, groups in first-appearance order;
@@ -11,15 +12,19 @@ References: the image's COCO captions minus those string-equal to the true capti
 
 from pathlib import Path
 
-from .benchmark import Benchmark, BenchmarkOptions, data_error, first_existing, read_json, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, data_error, read_json, scores_for
 from .protocols import accuracy, remove_true_caption, strictly_greater
+from .releases import folder_or_first, locate
 
 TITLE = "FOIL"
 FOIL_LAYOUT = (
     "foilv1.0_test_2017.json: COCO-style {images: [{id, file_name}], annotations: [{id, image_id, caption, foil}]}, "
     "a foil sharing the id of its original"
 )
-COCO_LAYOUT = "captions_val2014.json: COCO captions {annotations: [{image_id, id, caption}]}"
+COCO_LAYOUT = (
+    "COCO's annotations/captions_val2014.json (or captions_val2014.json in the data folder): {annotations: "
+    "[{image_id, id, caption}]}"
+)
 KARPATHY_LAYOUT = "dataset_coco.json (Karpathy splits): {images: [{cocoid, split}]}"
 PAIR_RULES = ("all", "one_per_image", "subset8k")
 
@@ -57,7 +62,8 @@ def load(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
         raise ValueError(f"pairs must be one of {PAIR_RULES}, got {pairs!r}")
     if four_refs not in ("all", "four"):
         raise ValueError(f"four_refs must be 'all' (official) or 'four' (paper), got {four_refs!r}")
-    foil_path, coco_path = data_dir / "foilv1.0_test_2017.json", data_dir / "captions_val2014.json"
+    foil_path = locate(data_dir, "foil", "foil", FOIL_LAYOUT, TITLE)
+    coco_path = locate(data_dir, "foil", "coco", COCO_LAYOUT, TITLE)
     foil = read_json(foil_path, FOIL_LAYOUT, TITLE)
     coco = read_json(coco_path, COCO_LAYOUT, TITLE)
     files = [foil_path, coco_path]
@@ -78,7 +84,7 @@ def load(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
         raise data_error(coco_path, f"missing field {error}", COCO_LAYOUT, TITLE) from error
     allowed = None
     if pairs == "subset8k":
-        karpathy_path = data_dir / "dataset_coco.json"
+        karpathy_path = locate(data_dir, "foil", "karpathy", KARPATHY_LAYOUT, TITLE)
         karpathy = read_json(karpathy_path, KARPATHY_LAYOUT, TITLE)
         try:
             allowed = {image["cocoid"] for image in karpathy["images"] if image["split"] in ("val", "test")}
@@ -86,7 +92,7 @@ def load(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
             raise data_error(karpathy_path, f"missing field {error}", KARPATHY_LAYOUT, TITLE) from error
         files.append(karpathy_path)
 
-    image_dir = first_existing([data_dir / "val2014", data_dir / "images"]).resolve()
+    image_dir = folder_or_first(data_dir, "foil", "images").resolve()
     items = []
     for number, (original, foiled) in enumerate(build_pairs(annotations, foil_path, pairs, allowed)):
         image_id = original["image_id"]

@@ -15,7 +15,7 @@ from ..output_paths import check_output_directory
 from . import BENCHMARKS, load_benchmark
 from .benchmark import Benchmark, BenchmarkOptions, checksum, parse_named
 from .report import benchmark_rows, paper_name, write_reports
-from .runner import SCORE_COLUMNS, score_image_items, score_video_items
+from .runner import FEATURES_PROTOCOL, SCORE_COLUMNS, score_image_items, score_video_items
 from .systems import COCO_METRICS, evaluate_systems
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -35,6 +35,9 @@ class HarnessConfig:
     image_root: Path | None = None
     output: Path | None = None
     dump_items: Path | None = None
+    video_features: Path | None = (
+        None  # EMScore's released <video_id>.pt features (CLIP-S rows of the video benchmarks)
+    )
     w: float | None = None
     device: str | None = None
     dtype: str | None = None
@@ -55,6 +58,11 @@ class HarnessConfig:
             raise ValueError(f"--w must be a finite number > 0, got {self.w}")
         if not (self.models or self.scores or self.dump_items or self.captions):
             raise ValueError("nothing to do: pass --model, --scores, --dump-items or --captions")
+        if self.video_features is not None:
+            if not self.video_features.is_dir():
+                raise ValueError(f"--video-features {self.video_features}: no such folder (of <video_id>.pt files)")
+            if not set(self.benchmarks) & {"vatex_eval", "activitynet_foil", "all"}:
+                raise ValueError("--video-features applies to --benchmark vatex_eval and activitynet_foil only")
 
 
 def read_scores(path: Path) -> dict[str, dict[str, float]]:
@@ -169,7 +177,10 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
         for name, model in models.items():
             started = time.perf_counter()
             if benchmark.modality == "video":
-                columns, counts = score_video_items(model, benchmark, config.video_batch_size), None
+                columns = score_video_items(
+                    model, benchmark, config.video_batch_size, config.video_features, model_name=name
+                )
+                counts = None
             else:
                 cache = config.output / "cache" / benchmark.name / model_label(name) if config.output else None
                 columns, counts = score_image_items(
@@ -200,6 +211,8 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
         for name, path, columns in external:
             rows += evaluate_columns(benchmark, name, columns, {"source": str(path), "sha256": checksum(path)})
         title = BENCHMARKS[benchmark.name][0]
+        if benchmark.modality == "video" and models:
+            benchmark.protocol["frames_from"] = FEATURES_PROTOCOL if config.video_features else "the raw videos"
         result = {
             "title": title,
             "protocol": benchmark.protocol,

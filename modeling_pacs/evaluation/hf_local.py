@@ -1,7 +1,7 @@
 """Local copies of the Hugging Face mirrors (`save_to_disk` folders or parquet files) of the rated-caption benchmarks:
 `yuwd/Flickr8k-HumanEval` (configs expert / crowdflower), `yuwd/Composite`, `yuwd/Polaris`, `Ka2ukiMatsuda/Nebula`.
 
-Column names, as verified (BENCHMARKS.md §2, §3, §8, §9):
+Column names, as verified (docs/spec/benchmarks.md):
 - `yuwd/Polaris`: `refs` (list of strings), `cand`, `img` (image), `human_score` (float32); splits train / validation
   / test (26,122 rows, one fewer than `polaris_test.csv`). Sources: the dataset card's `dataset_info` (README.md at
   Hub commit 6de8caee) and CaptionEvalKit (`YuigaWada/CaptionEvalKit-for-VLMs@23f154b`

@@ -1,4 +1,5 @@
-"""Pascal-50S (BENCHMARKS.md §4): `pyCIDErConsensus/pair_pascal.mat` + `consensus_pascal.mat`, VOC2010 images.
+"""Pascal-50S (docs/spec/benchmarks.md#pascal50s): `pyCIDErConsensus/pair_pascal.mat` + `consensus_pascal.mat`, VOC2010
+images.
 
 Labels exactly as Polos `validate/pascal50s.py` (votes by winning caption string, seed 42, one draw per pair). Each
 pair gives two items (caption A and caption B). References: all 48 (official code, default) or `num_draws` draws of
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .benchmark import Benchmark, BenchmarkOptions, data_error, first_existing, require_file, scores_for
+from .benchmark import Benchmark, BenchmarkOptions, data_error, require_file, scores_for
 from .protocols import (
     PASCAL_TIE_POLICIES,
     accuracy,
@@ -18,6 +19,7 @@ from .protocols import (
     pascal_predictions,
     sample_reference_draws,
 )
+from .releases import folder_or_first, locate
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -72,9 +74,9 @@ def load(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
         raise ValueError(f"references must be 'all' (official) or 'draws' (paper), got {references!r}")
     if tie_policy not in PASCAL_TIE_POLICIES:
         raise ValueError(f"tie_policy must be one of {PASCAL_TIE_POLICIES}, got {tie_policy!r}")
-    pair_path = data_dir / "pyCIDErConsensus" / "pair_pascal.mat"
-    consensus_path = data_dir / "pyCIDErConsensus" / "consensus_pascal.mat"
+    pair_path = locate(data_dir, "pascal50s", "pairs", PAIR_LAYOUT, TITLE)
     pair_mat = load_mat(pair_path, PAIR_LAYOUT, "new_input")
+    consensus_path = locate(data_dir, "pascal50s", "consensus", CONSENSUS_LAYOUT, TITLE)
     triplets = load_mat(consensus_path, CONSENSUS_LAYOUT, "triplets")["triplets"][0]
     pairs = pair_mat["new_input"][0]
     categories = np.asarray(pair_mat["category"]).ravel()
@@ -83,7 +85,7 @@ def load(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
         raise data_error(
             consensus_path, f"{len(triplets)} triplets for {len(pairs)} pairs (48 per pair)", CONSENSUS_LAYOUT, TITLE
         )
-    image_dir = first_existing([data_dir / "VOCdevkit" / "VOC2010" / "JPEGImages", data_dir / "JPEGImages"])
+    image_dir = folder_or_first(data_dir, "pascal50s", "images")
     votes_a, votes_b, all_references, captions = [], [], [], []
     for index in range(len(pairs)):
         votes, pair_references = {}, []

@@ -1,4 +1,4 @@
-"""The statistics and item rules of the benchmark protocols (BENCHMARKS.md §0-§9), as pure functions.
+"""The statistics and item rules of the benchmark protocols (docs/spec/benchmarks.md), as pure functions.
 
 Correlations are returned x100, as in the papers, unrounded; `official_rounding` gives the Polos/DENEB/EMScore
 4-decimal rounding of the raw coefficient (x100 afterwards). Everything here is NumPy and the standard library, so the
@@ -13,8 +13,9 @@ import numpy as np
 
 from .benchmark import scores_for
 
-# Pascal-50S metric-tie policies (BENCHMARKS.md §4, §11.3): the official Polos code predicts B on a tie, a third-party
-# variant predicts A, and the papers' wording ("assigns a higher score") counts a tie as wrong.
+# Pascal-50S metric-tie policies (docs/spec/benchmarks.md#pascal50s, docs/spec/benchmarks.md#disagreements): the
+# official Polos code predicts B on a tie, a third-party variant predicts A, and the papers' wording ("assigns a higher
+# score") counts a tie as wrong.
 PASCAL_TIE_POLICIES = ("b", "a", "wrong")
 PASCAL_LABEL_SEED = 42  # random.seed(42) in Polos validate/pascal50s.py
 

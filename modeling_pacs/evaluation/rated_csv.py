@@ -1,4 +1,4 @@
-"""Composite, Polaris and Nebula (BENCHMARKS.md §3, §8, §9): the CSV files the official Polos/DENEB code reads.
+"""Composite, Polaris and Nebula (docs/spec/benchmarks.md): the CSV files the official Polos/DENEB code reads.
 
 Items are the CSV rows in order, references exactly as listed, no normalisation (`validate/dataset.py`). Statistics:
 Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official code rounds the raw tau_c to 4 decimals:
@@ -8,20 +8,17 @@ Kendall tau_b and tau_c, Spearman and Pearson, x100, unrounded (the official cod
 from pathlib import Path
 
 from . import composite
-from .benchmark import Benchmark, BenchmarkOptions, first_existing, logger, read_rated_csv
+from .benchmark import RATED_CSV_LAYOUT as CSV_LAYOUT
+from .benchmark import Benchmark, BenchmarkOptions, logger, read_rated_csv
 from .hf_local import find_hf_copy, hf_files, read_hf_rows
 from .protocols import correlation_report, remove_true_caption
+from .releases import find, folder_or_first, missing
 
-# name -> (title, CSV file names tried in order, image folders relative to the data directory, headline statistic)
+# name -> (title, (CSV, image folder) roles in releases.RELEASES, headline statistic)
 RATED_CSV_BENCHMARKS = {
-    "composite": (
-        "Composite",
-        ["en_test_composite_da.csv", "en_test_composite_da2.csv"],
-        ["images", "../images"],
-        "kendall_tau_c",
-    ),
-    "polaris": ("Polaris", ["polaris_test.csv"], ["images", "../images"], "kendall_tau_c"),
-    "nebula": ("Nebula", ["nebula_test.csv"], ["images", "../images"], "kendall_tau_c"),
+    "composite": ("Composite", ("deneb_csv", "deneb_images"), "kendall_tau_c"),
+    "polaris": ("Polaris", ("csv", "images"), "kendall_tau_c"),
+    "nebula": ("Nebula", ("csv", "images"), "kendall_tau_c"),
 }
 
 
@@ -30,14 +27,16 @@ def load_rated_csv(
 ) -> Benchmark:
     """Load one of the CSV benchmarks; `remove_candidate` drops references string-equal to the candidate (the
     CLIPScore/PAC-S++ Composite protocol, [paper-derived]; the official DENEB code uses the references as listed)."""
-    title, file_names, image_folders, headline = RATED_CSV_BENCHMARKS[name]
-    path = next((data_dir / file for file in file_names if (data_dir / file).is_file()), data_dir / file_names[0])
-    if not path.is_file() and find_hf_copy(data_dir) is not None:
+    title, (csv_role, image_role), headline = RATED_CSV_BENCHMARKS[name]
+    path = find(data_dir, name, csv_role)
+    if path is None and find_hf_copy(data_dir) is not None:
         rows, location = read_hf_rows(data_dir, name)
         files, source = hf_files(location), f"Hugging Face copy at {location}"
     else:
+        if path is None:
+            missing(data_dir, name, csv_role, CSV_LAYOUT + " (or a local copy of the Hugging Face dataset)", title)
         rows, files, source = read_rated_csv(path, title), [path], path.name
-    image_dir = first_existing([(data_dir / folder).resolve() for folder in image_folders])
+    image_dir = folder_or_first(data_dir, name, image_role).resolve()
     items = []
     for row_number, row in enumerate(rows):
         references = remove_true_caption(row["refs"], row["mt"]) if remove_candidate else row["refs"]
@@ -66,11 +65,12 @@ def load_rated_csv(
 
 
 def load_composite(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
-    """The original AMT_eval files when present (BENCHMARKS.md §3), else DENEB's CSV, else a Hugging Face copy."""
+    """The original AMT_eval files when present (docs/spec/benchmarks.md#composite), else DENEB's CSV, else a Hugging
+    Face copy."""
     if composite.has_amt_files(data_dir):
-        others = [name for name in RATED_CSV_BENCHMARKS["composite"][1] if (data_dir / name).is_file()]
-        if others:
-            logger.info("Composite: the original AMT_eval files are used, not %s", ", ".join(others))
+        other = find(data_dir, "composite", "deneb_csv")
+        if other is not None:
+            logger.info("Composite: the original AMT_eval files are used, not %s", other.relative_to(data_dir))
         return composite.load_amt(data_dir, options)
     if options.composite_keep_candidate or options.composite_rating != "correctness":
         logger.warning(

@@ -1,5 +1,6 @@
-"""Reports: the statistics beside the papers' numbers (SPEC §6, BENCHMARKS.md §10), as console text, Markdown,
-`results.json` and PNG plots. Non-finite statistics are written as `null`, never NaN."""
+"""Reports: the statistics beside the papers' numbers (docs/spec/pacs.md#evaluation,
+docs/spec/benchmarks.md#reported-numbers), as console text, Markdown, `results.json` and PNG plots. Non-finite
+statistics are written as `null`, never NaN."""
 
 import json
 import logging

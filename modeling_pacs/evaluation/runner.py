@@ -15,12 +15,16 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
 from ..models.inputs import check_positive_int
 from .benchmark import Benchmark
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
@@ -123,22 +127,100 @@ def score_image_items(
     return {column: values for column, values in scores.items() if values}, counts
 
 
-def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
-    """Video benchmarks through `PACSModel.score_videos` (SPEC §2): `score` is Eq. 13, `ref_score` Eq. 14."""
-    check_positive_int(batch_size, "batch_size")
-    missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
+# EMScore's releases: one folder of `<video_id>.pt` per benchmark (`VATEX-EVAL-demo.py`, `ActivityNet-FOIL_demo.py`)
+FEATURE_FOLDERS = {"vatex_eval": "VATEX-EVAL_video_feats", "activitynet_foil": "ActivityNet-FOIL_video_feats"}
+FEATURES_PROTOCOL = (
+    "EMScore's released CLIP ViT-B/32 per-frame features (<video_id>.pt, L2-normalised rows of every decoded "
+    "frame), read with torch.load(weights_only=True); VATEX-EVAL samples 10 of them (np.linspace), ActivityNet-FOIL "
+    "slices each segment from all of them, as EMScore's evaluation scripts do"
+)
+
+
+def feature_folder(directory: Path, benchmark_name: str) -> Path:
+    """`--video-features DIR`: DIR itself, or its release sub-folder (`VATEX-EVAL_video_feats/`, ...) if present."""
+    nested = directory / FEATURE_FOLDERS[benchmark_name]
+    return nested if nested.is_dir() else directory
+
+
+def check_feature_model(model, model_name: str):
+    """EMScore's features are OpenAI CLIP ViT-B/32 image embeddings: only a CLIP-S model's own frame embeddings."""
+    variant = getattr(getattr(model, "config", None), "variant", None)
+    if variant != "clip_s":
+        title = {"pac_s_pp": "PAC-S++", "pac_s": "PAC-S"}.get(variant, type(model).__name__)
+        raise ValueError(
+            f"--video-features cannot score '{model_name}' ({title}): PAC-S++ (and PAC-S) needs the raw videos, since "
+            "its vision tower is fine-tuned and EMScore's released CLIP ViT-B/32 features are not its frame "
+            "embeddings. Put the videos in <data-dir>/videos/<video_id>.mp4 and leave out --video-features; the "
+            "features give the CLIP-S / EMScore rows only (--model clip_s_vit_b32)"
+        )
+
+
+def load_video_features(folder: Path, video_ids: list[str], dim: int) -> dict[str, "torch.Tensor"]:
+    """`<folder>/<video_id>.pt` for each id: one `[n_frames, dim]` tensor, loaded with `weights_only=True`, checked
+    and cast to fp32 (EMScore saved fp32; fp16 copies are accepted)."""
+    import torch
+
+    missing = [video_id for video_id in video_ids if not (folder / f"{video_id}.pt").is_file()]
     if missing:
-        raise FileNotFoundError(f"{len(missing)} videos not found, first: {missing[0]} (expected under videos/)")
+        raise FileNotFoundError(
+            f"{len(missing)} of {len(video_ids)} video feature files not found, first: {folder / missing[0]}.pt "
+            "(EMScore's release: one <video_id>.pt per video in VATEX-EVAL_video_feats/ or "
+            "ActivityNet-FOIL_video_feats/)"
+        )
+    features = {}
+    for video_id in video_ids:
+        path = folder / f"{video_id}.pt"
+        try:
+            tensor = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:  # torch raises several types for a file that is not a plain tensor
+            raise ValueError(f"{path}: not a tensor file torch.load(weights_only=True) can read ({error})") from error
+        expected = f"one [n_frames, {dim}] tensor of per-frame CLIP ViT-B/32 features (EMScore's release format)"
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+            raise ValueError(f"{path}: holds a {type(tensor).__name__}, expected {expected}")
+        if tensor.ndim != 2 or tensor.shape[0] < 1 or tensor.shape[1] != dim:
+            raise ValueError(f"{path}: shape {tuple(tensor.shape)}, expected {expected}")
+        if not torch.isfinite(tensor).all():
+            raise ValueError(f"{path}: holds NaN or infinite values, expected {expected}")
+        features[video_id] = tensor.float()
+    return features
+
+
+def score_video_items(
+    model,
+    benchmark: Benchmark,
+    batch_size: int = 64,
+    video_features: Path | None = None,
+    model_name: str = "the model",
+) -> dict[str, dict[str, float]]:
+    """Video benchmarks through `PACSModel.score_videos` (docs/spec/pacs.md#video): `score` is Eq. 13, `ref_score`
+    Eq. 14. With `video_features` (a folder of EMScore's released `<video_id>.pt`), the frame embeddings come from
+    those files instead of the videos (CLIP-S only)."""
+    check_positive_int(batch_size, "batch_size")
     if not hasattr(model, "score_videos"):
         raise RuntimeError(
             f"{benchmark.name} needs PACSModel.score_videos (video scoring), which this installation lacks; "
             "score the items with --dump-items and pass the result with --scores"
         )
     items = benchmark.items
+    features = None
+    if video_features is not None:
+        from ..models.backbones import embedding_dim
+
+        check_feature_model(model, model_name)
+        video_ids = sorted({item["video_id"] for item in items})
+        folder = feature_folder(video_features, benchmark.name)
+        features = load_video_features(folder, video_ids, embedding_dim(model.config.backbone_config))
+    else:
+        missing = sorted({item["video"] for item in items if not Path(item["video"]).is_file()})
+        if missing:
+            raise FileNotFoundError(
+                f"{len(missing)} videos not found, first: {missing[0]} (expected under videos/; or pass EMScore's "
+                "released features with --video-features for the CLIP-S rows)"
+            )
     if benchmark.name == "activitynet_foil":
-        return score_segments(model, items, benchmark.options.get("idf_corpus"), batch_size)
+        return score_segments(model, items, benchmark.options.get("idf_corpus"), batch_size, features)
     output = model.score_videos(
-        [item["video"] for item in items],
+        [item["video"] if features is None else features[item["video_id"]] for item in items],
         [item["candidate"] for item in items],
         [item["references"] for item in items],
         num_frames=benchmark.options.get("num_frames"),
@@ -152,19 +234,25 @@ def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict
 
 
 def score_segments(
-    model, items: list[dict], idf_corpus: list[str] | None, batch_size: int
+    model,
+    items: list[dict],
+    idf_corpus: list[str] | None,
+    batch_size: int,
+    features: dict[str, "torch.Tensor"] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """ActivityNet-FOIL: every frame of a video encoded once, each sentence scored on its segment's slice."""
+    """ActivityNet-FOIL: every frame of a video encoded once (or its released features, by video id), each sentence
+    scored on its segment's slice."""
     import torch
 
     from .protocols import segment_frames
 
-    videos = sorted({item["video"] for item in items})
-    # Every frame of each video, decoded and encoded once (EMScore's demo slices the whole-video features).
-    frames_by_video = dict(zip(videos, model.encode_videos(videos, batch_size=batch_size)))
+    if features is None:
+        videos = sorted({item["video"] for item in items})
+        # Every frame of each video, decoded and encoded once (EMScore's demo slices the whole-video features).
+        frames_by_video = dict(zip(videos, model.encode_videos(videos, batch_size=batch_size)))
     segments, empty = [], 0
     for item in items:
-        embeds = frames_by_video[item["video"]]
+        embeds = frames_by_video[item["video"]] if features is None else features[item["video_id"]]
         window = segment_frames(item["segment"], len(embeds), item["duration"])
         segment = embeds[window]
         if len(segment) == 0:  # a segment shorter than one frame: its nearest frame stands in (logged)

@@ -1,4 +1,5 @@
-"""VATEX-EVAL and ActivityNet-FOIL (BENCHMARKS.md §6-§7): EMScore's release files plus the raw videos.
+"""VATEX-EVAL and ActivityNet-FOIL (docs/spec/benchmarks.md#vatex-eval, docs/spec/benchmarks.md#activitynet-foil):
+EMScore's release files plus the raw videos.
 
 The pickles are NumPy arrays: they are read with an unpickler that only rebuilds NumPy arrays, never arbitrary
 objects. Scoring needs `PACSModel.score_videos` (see `scoring.score_video_items`); `--scores` needs only these files.
@@ -92,6 +93,7 @@ def load_vatex_eval(data_dir: Path, options: BenchmarkOptions) -> Benchmark:
                 {
                     "id": f"vatex_eval/{index}/{variant}",
                     "video": str(video),
+                    "video_id": str(video_ids[index]),
                     "candidate": str(candidates[index]),
                     "references": [str(reference) for reference in chosen],
                     "variant": variant,
@@ -191,7 +193,8 @@ def load_activitynet_foil(data_dir: Path, options: BenchmarkOptions) -> Benchmar
                         "video_id": video_id,
                         "kind": kind,
                         "segment": list(segment),
-                        "duration": float(candidates_paragraphs[video_id]["duration"]),
+                        # EMScore reads test_1's durations, then test_2's over them (`import_vid_duration`)
+                        "duration": float(reference["duration"]),
                     }
                 )
 
@@ -212,7 +215,8 @@ def load_activitynet_foil(data_dir: Path, options: BenchmarkOptions) -> Benchmar
     protocol = {
         "idf": "ActivityNet train sentences of <= 66 words" if idf_corpus else "default corpus (train.json absent)",
         "videos": "ids in both submissions with a video (or feature) file",
-        "segments": "candidate timestamps from anet_entities_test_1.json; all frames of the segment",
+        "segments": "candidate timestamps from anet_entities_test_1.json, duration from anet_entities_test_2.json "
+        "(EMScore reads it last); all frames of the segment",
         "references": "test_2 sentences overlapping > 40% of their own integer-second length; all if none",
         "statistic": "100 x share of videos with mean(right sentences) > mean(foil sentences), aligned by video id",
     }

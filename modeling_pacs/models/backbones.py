@@ -40,7 +40,7 @@ SIGLIP_STD = (0.5, 0.5, 0.5)
 # Default `w` of Eq. 4 by backbone and variant. The PAC-S++ paper (Table 8) reports SigLIP results as correlations
 # and accuracies, which do not depend on `w` (a positive scale), and states no `w` for SigLIP: we keep CLIP's values
 # so scores of all backbones share one convention. Set `w` explicitly to rescale a SigLIP model's scores.
-# CLIP's values: SPEC §1 (PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official PAC-S code).
+# CLIP's values: docs/spec/pacs.md#metric (PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official PAC-S code).
 CLIP_DEFAULT_W = {"clip_s": 2.5, "pac_s": 2.0, "pac_s_pp": 2.5}
 BACKBONE_DEFAULT_W = {"clip": CLIP_DEFAULT_W, "siglip": CLIP_DEFAULT_W}
 

@@ -1,4 +1,4 @@
-"""Configuration of the PAC-S++ SCST captioner (SPEC §5; PAC-S++ paper Sec. 4.2, Eq. 15)."""
+"""Configuration of the PAC-S++ SCST captioner (docs/spec/pacs.md#scst; PAC-S++ paper Sec. 4.2, Eq. 15)."""
 
 from transformers import CLIPVisionConfig, PreTrainedConfig
 
@@ -9,7 +9,8 @@ CLIP_EOS_TOKEN_ID = 49407
 
 class PACSCaptionerConfig(PreTrainedConfig):
     r"""
-    Configuration of [`PACSCaptionerForConditionalGeneration`]: an encoder-decoder Transformer over the grid features
+    Configuration of [`PACSCaptionerForConditionalGeneration`][modeling_pacs.PACSCaptionerForConditionalGeneration]:
+    an encoder-decoder Transformer over the grid features
     of a frozen CLIP visual encoder, taken before its last layer norm and projection (Eq. 15), with the CLIP
     tokenizer's vocabulary. Defaults are the paper's: 3 + 3 layers, d=512, 8 heads.
 

@@ -7,7 +7,8 @@ from transformers.configuration_utils import SubConfigSpec
 
 from .backbones import CLIP_DEFAULT_W, backbone_spec, default_max_text_length, default_w
 
-# Metric variants and their default w (SPEC §1: PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official PAC-S code).
+# Metric variants and their default w (docs/spec/pacs.md#metric: PAC-S++ paper Sec. 5.7, CLIPScore Sec. 3, official
+# PAC-S code).
 VARIANT_DEFAULT_W = CLIP_DEFAULT_W
 # Display names of the reference-free and reference-based scores of each variant.
 VARIANT_SCORE_NAMES = {
@@ -15,14 +16,15 @@ VARIANT_SCORE_NAMES = {
     "pac_s": ("PAC-S", "RefPAC-S"),
     "pac_s_pp": ("PAC-S++", "RefPAC-S++"),
 }
-# Official PAC-S++ adapter placement (SPEC §3): every attention projection and both MLP linears of both towers.
-# The patch-embedding delta is merged into the base weights, because PEFT cannot express its factorisation.
+# Official PAC-S++ adapter placement (docs/spec/pacs.md#training): every attention projection and both MLP linears of
+# both towers. The patch-embedding delta is merged into the base weights, because PEFT cannot express its factorisation.
 DEFAULT_LORA_TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
 
 
 class PACSConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`PACSModel`]: a CLIP-style dual encoder, optional LoRA adapters, and the scoring constants.
+    Configuration of a [`PACSModel`][modeling_pacs.PACSModel]: a CLIP-style dual encoder, optional LoRA adapters, and
+    the scoring constants.
 
     Args:
         backbone_config (`dict` or `CLIPConfig`, *optional*):
@@ -45,9 +47,12 @@ class PACSConfig(PreTrainedConfig):
             `None` means the weights already contain everything (CLIP-S, PAC-S, or a merged PAC-S++).
         merge_adapter (`bool`, *optional*, defaults to `True`):
             Merge the adapter into the base weights after loading (faster inference, identical scores).
-        lora_rank (`int`, *optional*, defaults to 4), lora_alpha (`float`, *optional*, defaults to 1.0),
+        lora_rank (`int`, *optional*, defaults to 4):
+            LoRA rank of the official PAC-S++ recipe.
+        lora_alpha (`float`, *optional*, defaults to 1.0):
+            LoRA alpha of the official recipe (alpha=1 with r=4, i.e. scaling 0.25).
         lora_target_modules (`list[str]`, *optional*):
-            LoRA settings of the official PAC-S++ recipe (r=4, alpha=1, i.e. scaling 0.25).
+            The adapted modules; defaults to the official placement (`DEFAULT_LORA_TARGET_MODULES`).
         base_model_id (`str`, *optional*, defaults to `"openai/clip-vit-base-patch32"`):
             Hub id of the backbone the adapter was trained on; written into `adapter_config.json`.
 

@@ -1,8 +1,10 @@
-"""Pearl configuration (SPEC-pearl §10): a supervised, reference-flexible caption metric on frozen encoder features."""
+"""Pearl configuration (docs/spec/pearl.md#port-layout): a supervised, reference-flexible caption metric on frozen
+encoder features."""
 
 from transformers import PreTrainedConfig
 
-# Default encoders and their feature shapes (SPEC-pearl §2, §10). Token order in each GEM is the list order.
+# Default encoders and their feature shapes (docs/spec/pearl.md#encoders, docs/spec/pearl.md#port-layout). Token order
+# in each GEM is the list order.
 DEFAULT_IMAGE_ENCODERS = [
     {"name": "clip", "dim": 512, "tokens": 1},
     {"name": "beit3", "dim": 768, "tokens": 1},
@@ -16,7 +18,8 @@ DEFAULT_REFERENCE_ENCODERS = [
 # The documented fallback while BEiT-3 weights are not at hand (Tab. 2 (vii): about -0.5 tau-c reference-based).
 NO_BEIT3_IMAGE_ENCODERS = [encoder for encoder in DEFAULT_IMAGE_ENCODERS if encoder["name"] != "beit3"]
 NO_BEIT3_REFERENCE_ENCODERS = [encoder for encoder in DEFAULT_REFERENCE_ENCODERS if encoder["name"] != "beit3"]
-# How each default encoder is loaded (SPEC-pearl §2 and A1, A13). `path` is a Hub id or a folder of the model directory.
+# How each default encoder is loaded (docs/spec/pearl.md#encoders, docs/spec/pearl.md#a1, docs/spec/pearl.md#a13).
+# `path` is a Hub id or a folder of the model directory.
 DEFAULT_ENCODER_SPECS = {
     "clip": {"type": "pacs", "path": "pacs-pp/pac-s-pp-clip-vit-b32", "prompt_prefix": "A photo depicts "},
     "blip2": {"type": "blip2", "path": "Salesforce/blip2-itm-vit-g", "empty_text": "[EMPTY]"},
@@ -32,7 +35,8 @@ DEFAULT_ENCODER_SPECS = {
 
 class PearlConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`PearlModel`] (SPEC-pearl §3-§5, §10). Defaults reproduce Pearl's code: 103.55 M parameters.
+    Configuration of a [`PearlModel`][modeling_pacs.PearlModel] (docs/spec/pearl.md). Defaults reproduce Pearl's
+    code: 103.55 M parameters.
 
     Args:
         image_encoders (`list[dict]`): Img-GEM encoders in token order, each `{"name", "dim", "tokens"}` (feature

@@ -1,10 +1,10 @@
-"""Polos configuration (SPEC-polos §1-§2: CLIP ViT-B/32 + SimCSE RoBERTa-base, ScalarMix, MLP head)."""
+"""Polos configuration (docs/spec/polos.md: CLIP ViT-B/32 + SimCSE RoBERTa-base, ScalarMix, MLP head)."""
 
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig, RobertaConfig
 from transformers.configuration_utils import SubConfigSpec
 
 POLOS_MODES = ("per_item", "official")
-# Number of CLIP blocks in the feature vector (SPEC-polos §1.4): v, c, |v-c|, v*c, |r-c|, r*c.
+# Number of CLIP blocks in the feature vector (docs/spec/polos.md#features): v, c, |v-c|, v*c, |r-c|, r*c.
 CLIP_BLOCKS = 6
 # Number of text-encoder blocks in the feature vector: r, c, |c-r|, c*r.
 TEXT_BLOCKS = 4
@@ -22,7 +22,8 @@ ROBERTA_BASE = {
 
 class PolosConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`PolosModel`]: Polos (Wada et al., CVPR 2024), a supervised reference-based caption metric.
+    Configuration of a [`PolosModel`][modeling_pacs.PolosModel]: Polos (Wada et al., CVPR 2024), a supervised
+    reference-based caption metric.
 
     Args:
         clip_config (`dict` or `CLIPConfig`, *optional*):

@@ -1,4 +1,4 @@
-"""Input validation and the exact text and image pipelines of the official PAC-S code (SPEC §1).
+"""Input validation and the exact text and image pipelines of the official PAC-S code (docs/spec/pacs.md#metric).
 
 Images: any PIL mode is converted to RGB first, then resized (shorter side, bicubic), center-cropped and normalised
 exactly as torchvision's `Resize` / `CenterCrop` / `ToTensor` / `Normalize` do in the official code. transformers'

@@ -205,9 +205,15 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         encoder_outputs: ModelOutput | tuple | None = None,
         labels: torch.Tensor | None = None,
         logits_to_keep: int = 0,
+        num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         """Next-token logits; with `labels` (padding = -100), the cross-entropy of Eq. 16 averaged over tokens.
+
+        `num_items_in_batch` (passed by transformers' `Trainer`: the target tokens of the whole optimisation step,
+        over every gradient-accumulation micro-batch and every process) makes the loss the sum over this batch's
+        tokens divided by it, so that accumulated and multi-process steps average over all the step's tokens exactly
+        as one large batch would; without it the loss is this batch's token mean.
 
         `decoder_input_ids` may hold several rows per image (the beams of SCST, adjacent): the encoder runs once per
         image and its output is repeated for them.
@@ -224,7 +230,14 @@ class PACSCaptionerForConditionalGeneration(PACSCaptionerPreTrainedModel, Genera
         logits = self.decode(decoder_input_ids, encoder_hidden_states, logits_to_keep)
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+            flat_logits, flat_labels = logits.flatten(0, 1).float(), labels.flatten()
+            if num_items_in_batch is None:
+                loss = nn.functional.cross_entropy(flat_logits, flat_labels, ignore_index=-100)
+            else:
+                total = nn.functional.cross_entropy(flat_logits, flat_labels, ignore_index=-100, reduction="sum")
+                if torch.is_tensor(num_items_in_batch):
+                    num_items_in_batch = num_items_in_batch.to(total.device)
+                loss = total / num_items_in_batch
         return Seq2SeqLMOutput(loss=loss, logits=logits, encoder_last_hidden_state=encoder_hidden_states)
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, encoder_outputs=None, **kwargs) -> dict:

@@ -50,14 +50,14 @@ TEXT_CHUNK_SIZE = 8192
 @dataclass
 class PACSTextFeatures(ModelOutput):
     """
-    Text features of [`PACSModel.encode_texts`].
+    Text features of [`PACSModel.encode_texts`][modeling_pacs.PACSModel.encode_texts].
 
     Args:
         text_embeds (`torch.FloatTensor` of shape `(batch_size, projection_dim)`):
             Projected hidden state at the end-of-text position (the caption embedding `E_t(t)`).
         token_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, projection_dim)`, *optional*):
-            `text_projection(final_layer_norm(hidden_states))` at every position (SPEC §2, Eq. 8), unnormalised;
-            for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
+            `text_projection(final_layer_norm(hidden_states))` at every position (docs/spec/pacs.md#video, Eq. 8),
+            unnormalised; for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
         attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             1 from start-of-text through end-of-text, 0 on padding.
         input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
@@ -73,7 +73,7 @@ class PACSTextFeatures(ModelOutput):
 @dataclass
 class PACSScoreOutput(ModelOutput):
     """
-    Scores of [`PACSModel.score`], per item and for the corpus.
+    Scores of [`PACSModel.score`][modeling_pacs.PACSModel.score], per item and for the corpus.
 
     Args:
         scores (`torch.FloatTensor` of shape `(num_items,)`):
@@ -360,7 +360,8 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
     ) -> torch.Tensor | PACSTextFeatures:
         """Projected end-of-text embeddings `E_t(t)` of `[N, projection_dim]` (unnormalised, fp32).
 
-        With `return_tokens=True`, returns a [`PACSTextFeatures`] that also holds the projected embedding of every
+        With `return_tokens=True`, returns a [`PACSTextFeatures`][modeling_pacs.PACSTextFeatures] that also holds the
+        projected embedding of every
         token (padded to the longest caption) for fine-grained video scoring. Captions are sorted by length into
         batches, so each batch pads little; padding changes results only at float rounding level (<= 1e-6).
         """
@@ -485,7 +486,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             references: optional, one non-empty list of reference captions per candidate.
 
         Returns:
-            [`PACSScoreOutput`] with per-item scores and their corpus means.
+            [`PACSScoreOutput`][modeling_pacs.PACSScoreOutput] with per-item scores and their corpus means.
         """
         candidates = check_captions(candidates)
         image_batch_size = check_positive_int(image_batch_size, "image_batch_size")

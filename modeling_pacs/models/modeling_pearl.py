@@ -1,10 +1,10 @@
-"""Pearl: a learnable, reference-flexible caption metric on frozen encoder features (SPEC-pearl §3-§5).
+"""Pearl: a learnable, reference-flexible caption metric on frozen encoder features (docs/spec/pearl.md).
 
 The whole model is in this file. Per (GEM, encoder) an ARSM turns a pair of features (image or reference `u`,
 candidate `c`) into one token `[adapter(DiffNet(u, c)); adapter(HadamardNet(u, c))]`; the shared VSS (sinusoidal
 positions, a 2-layer transformer, an 8-query cross-attention) summarises the token sequence; an image head and a
 reference head with a sigmoid give `y_img` and, per reference, `y_ref`; Eq. 3 fuses them with lambda = 0.5.
-Only the modules the forward uses are built (SPEC-pearl A5: 103.55 M parameters with the default config).
+Only the modules the forward uses are built (docs/spec/pearl.md#a5: 103.55 M parameters with the default config).
 """
 
 import math
@@ -25,10 +25,11 @@ from .scoring import fuse_pearl_scores, pearl_huber_loss
 @dataclass
 class PearlOutput(ModelOutput):
     """
-    Output of [`PearlModel.forward`].
+    Output of [`PearlModel.forward`][modeling_pacs.PearlModel.forward].
 
     Args:
-        loss (`torch.FloatTensor` of shape `()`, *optional*): summed Huber loss (SPEC-pearl §5), with `labels`.
+        loss (`torch.FloatTensor` of shape `()`, *optional*): summed Huber loss (docs/spec/pearl.md#training), with
+            `labels`.
         score (`torch.FloatTensor` of shape `(batch_size,)`): Eq. 3, `lambda * img_score + (1 - lambda) * ref_score`
             for items with references, `img_score` for the others.
         img_score (`torch.FloatTensor` of shape `(batch_size,)`): Eq. 1, the image head's score.
@@ -58,7 +59,8 @@ def sinusoidal_positions(max_positions: int, dim: int) -> torch.Tensor:
 
 # --------------------------------------------------------------------------------------------------- modules
 class PearlDiffNet(nn.Module):
-    """Per-dimension `w1 * u + w2 * c + b`, initialised to `u - c` (SPEC-pearl §3; `IndependentFeatureMLP`)."""
+    """Per-dimension `w1 * u + w2 * c + b`, initialised to `u - c` (docs/spec/pearl.md#arsm;
+    `IndependentFeatureMLP`)."""
 
     def __init__(self, feature_dim: int):
         super().__init__()
@@ -75,7 +77,8 @@ class PearlDiffNet(nn.Module):
 
 
 class PearlHadamardNet(nn.Module):
-    """A learned scalar map `f(u_k, c_k)` applied to every coordinate: 1x1 convolutions (SPEC-pearl §3, hadamard.py).
+    """A learned scalar map `f(u_k, c_k)` applied to every coordinate: 1x1 convolutions (docs/spec/pearl.md#arsm,
+    hadamard.py).
 
     Module names match Pearl's `HadamardNet` (`network.0.weight`, ...), so its `hadamard.pth` loads as it is.
     """
@@ -191,8 +194,8 @@ class PearlPreTrainedModel(PreTrainedModel):
 
 class PearlModel(PearlPreTrainedModel):
     r"""
-    Pearl (SPEC-pearl): scores a candidate caption from frozen encoder features of its image and, optionally, of up to
-    `config.max_refs` references. Without references the score is the image head's (the reference-free setting).
+    Pearl (docs/spec/pearl.md): scores a candidate caption from frozen encoder features of its image and, optionally, of
+    up to `config.max_refs` references. Without references the score is the image head's (the reference-free setting).
 
     Features come from the encoders of `modeling_pacs.encoders` (or a feature cache); HadamardNets start from the
     shipped multiplication pretraining (`modeling_pacs.pearl_init.initialise_hadamard_nets`).

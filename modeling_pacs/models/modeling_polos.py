@@ -3,10 +3,11 @@
 The whole model is in this file: CLIP features through the engine's PAC-S pipelines (`PACSModel.encode_images` /
 `encode_texts`: exact image pipeline, prefix "A photo depicts ", raw unnormalised features), SimCSE RoBERTa sentence
 embeddings (the CLS position of a 13-layer ScalarMix), the 6144-d feature vector, the MLP head with sigmoid and the
-max over references. The formulas are the pure functions of `scoring.py`; SPEC-polos.md cites the official code.
+max over references. The formulas are the pure functions of `scoring.py`; docs/spec/polos.md cites the official code.
 
-Batch dependence (SPEC-polos §1.7-1.8). The official `predict` normalises RoBERTa states with statistics shared by a
-chunk of items, and cuts every item of a chunk to the chunk's smallest reference count. Two modes:
+Batch dependence (docs/spec/polos.md#official-batching, docs/spec/polos.md#batch-modes). The official `predict`
+normalises RoBERTa states with statistics shared by a chunk of items, and cuts every item of a chunk to the chunk's
+smallest reference count. Two modes:
 
 - `"per_item"` (default): each sentence is normalised by its own statistics and every reference is used. A score
   depends on its item only (deduplicable, cacheable, equal to the official `batch_size=1`).
@@ -61,7 +62,7 @@ DROPPED_LAYER_WEIGHT = -1e20
 @dataclass
 class PolosScoreOutput(ModelOutput):
     """
-    Scores of [`PolosModel.score`].
+    Scores of [`PolosModel.score`][modeling_pacs.PolosModel.score].
 
     Args:
         scores (`torch.FloatTensor` of shape `(num_items,)`):
@@ -84,7 +85,8 @@ class PolosScoreOutput(ModelOutput):
 
 
 class PolosScalarMix(nn.Module):
-    """The learned mix of the sentence encoder's hidden states (SPEC-polos §1.2); the math is `scoring.scalar_mix`."""
+    """The learned mix of the sentence encoder's hidden states (docs/spec/polos.md#scalarmix); the math is
+    `scoring.scalar_mix`."""
 
     def __init__(self, num_layers: int, dropout: float):
         super().__init__()
@@ -109,7 +111,7 @@ class PolosScalarMix(nn.Module):
 
 
 class PolosHead(nn.Module):
-    """Linear + Tanh + Dropout per hidden size, a last Linear to 1, sigmoid (SPEC-polos §1.5)."""
+    """Linear + Tanh + Dropout per hidden size, a last Linear to 1, sigmoid (docs/spec/polos.md#head)."""
 
     def __init__(self, feature_size: int, hidden_sizes: list[int], dropout: float):
         super().__init__()
@@ -336,7 +338,7 @@ class PolosModel(PolosPreTrainedModel):
             image_batch_size, text_batch_size: encoder batch sizes (do not change per-item scores).
 
         Returns:
-            [`PolosScoreOutput`] with per-item scores and their mean.
+            [`PolosScoreOutput`][modeling_pacs.PolosScoreOutput] with per-item scores and their mean.
         """
         mode = mode or self.config.mode
         if mode not in POLOS_MODES:

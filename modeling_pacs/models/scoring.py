@@ -1,4 +1,5 @@
-"""The PAC-S++ formulas as pure tensor functions (SPEC §1 and §2; Eqs. 4, 5 and 9-14 of the PAC-S++ paper).
+"""The PAC-S++ formulas as pure tensor functions (docs/spec/pacs.md#metric, docs/spec/pacs.md#video; Eqs. 4, 5 and 9-14
+of the PAC-S++ paper).
 
 Everything that scores (the model, the `evaluate` module, the Space, the benchmarks, rewards) calls these.
 Inputs are embeddings as produced by the encoders; normalisation happens here.
@@ -68,7 +69,7 @@ def scalar_mix(
     gamma: torch.Tensor,
     groups: torch.Tensor,
 ) -> torch.Tensor:
-    """Polos's ScalarMix with layer norm (SPEC-polos §1.2): `gamma * sum_k softmax(w)_k * norm_g(H_k)`.
+    """Polos's ScalarMix with layer norm (docs/spec/polos.md#scalarmix): `gamma * sum_k softmax(w)_k * norm_g(H_k)`.
 
     `norm_g` subtracts one scalar mean and divides by one scalar standard deviation per layer and per normalisation
     group, taken over all real tokens and features of the group's sentences (`sqrt(var + 1e-12)`).
@@ -154,7 +155,7 @@ def polos_features(
     candidate_clip: torch.Tensor,
     reference_clip: torch.Tensor,
 ) -> torch.Tensor:
-    """Polos's feature vector (SPEC-polos §1.4), in the code's order, for aligned rows of raw features:
+    """Polos's feature vector (docs/spec/polos.md#features), in the code's order, for aligned rows of raw features:
     `[r, c, |c-r|, c*r, v, c', |v-c'|, v*c', |r'-c'|, r'*c']` (unprimed: sentence encoder, primed: CLIP)."""
     return torch.cat(
         [
@@ -180,7 +181,7 @@ def polos_head(
     dropout: float = 0.0,
     training: bool = False,
 ) -> torch.Tensor:
-    """Polos's head (SPEC-polos §1.5): Linear + Tanh (+ Dropout) per hidden layer, a last Linear to 1, sigmoid.
+    """Polos's head (docs/spec/polos.md#head): Linear + Tanh (+ Dropout) per hidden layer, a last Linear to 1, sigmoid.
 
     Returns `[N]` scores in (0, 1).
     """
@@ -191,7 +192,8 @@ def polos_head(
 
 
 def max_by_owner(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -> torch.Tensor:
-    """`[num_owners]` maxima of `values` grouped by `owner` (Polos: the best reference, SPEC-polos §1.6)."""
+    """`[num_owners]` maxima of `values` grouped by `owner` (Polos: the best reference,
+    docs/spec/polos.md#references)."""
     best = torch.full((num_owners,), float("-inf"), dtype=values.dtype, device=values.device)
     return best.scatter_reduce(0, owner, values, reduce="amax")
 
@@ -222,7 +224,8 @@ class IDFTable(NamedTuple):
 def idf_table(
     corpus_token_ids: Sequence[Sequence[int]], end_of_text_id: int, context_length: int = 77, pad_id: int = 0
 ) -> IDFTable:
-    """EMScore's IDF table (SPEC §2) from the token ids (start-of-text through end-of-text) of each corpus caption.
+    """EMScore's IDF table (docs/spec/pacs.md#video) from the token ids (start-of-text through end-of-text) of each
+    corpus caption.
 
     Each caption counts as the SET of its `context_length`-padded ids (so `pad_id`, start- and end-of-text are in
     every set of a shorter caption); `idf(x) = log((N+1)/(df(x)+1))`. The end-of-text weight is then replaced by the
@@ -334,7 +337,8 @@ def reference_video_scores(
     reference_owner: torch.Tensor,
     num_items: int,
 ) -> VideoMatchScores:
-    """The reference part of the video metric (SPEC §2), for `M` (candidate, reference) pairs owned by `num_items`.
+    """The reference part of the video metric (docs/spec/pacs.md#video), for `M` (candidate, reference) pairs owned by
+    `num_items`.
 
     Row `m` pairs a candidate's tokens with those of one of its references (`reference_owner[m]` is the item).
     P is weighted by the candidate's normalised IDF, R by the reference's, F is their harmonic mean, coarse is the
@@ -380,7 +384,8 @@ def fuse_pearl_scores(
 def pearl_huber_loss(
     img_score: torch.Tensor, ref_score: torch.Tensor, has_refs: torch.Tensor, labels: torch.Tensor, delta: float
 ) -> torch.Tensor:
-    """Pearl's loss (SPEC-pearl §5, A4): `sum_b H(y_img_b, y_b) + sum_{b with refs} H(y_ref_b, y_b)`, Huber `delta`."""
+    """Pearl's loss (docs/spec/pearl.md#training, docs/spec/pearl.md#a4):
+    `sum_b H(y_img_b, y_b) + sum_{b with refs} H(y_ref_b, y_b)`, Huber `delta`."""
     image_term = F.huber_loss(img_score, labels, reduction="sum", delta=delta)
     reference_term = F.huber_loss(ref_score[has_refs], labels[has_refs], reduction="sum", delta=delta)
     return image_term + reference_term

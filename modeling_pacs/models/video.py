@@ -1,4 +1,4 @@
-"""Video inputs for the video metric (SPEC §2): validation, frame sampling and seeking decoders.
+"""Video inputs for the video metric (docs/spec/pacs.md#video): validation, frame sampling and seeking decoders.
 
 A video is a file (mp4, webm, mkv, avi, mov, read with PyAV, the `video` extra), a folder of frame images (sorted by
 name), a list of images, a `(T, H, W, C)` uint8 array, or precomputed frame embeddings (a `(T, D)` tensor). Only the

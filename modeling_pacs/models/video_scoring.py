@@ -1,4 +1,4 @@
-"""Video captions (SPEC §2): the EMScore-style PAC-S++ video metric as methods of `PACSModel`.
+"""Video captions (docs/spec/pacs.md#video): the EMScore-style PAC-S++ video metric as methods of `PACSModel`.
 
 `PACSModel.score_videos` gathers inputs (videos, captions, references, the IDF corpus), encodes each distinct video
 and text once, and calls the pure functions of `scoring.py` (Eqs. 7, 9-14). `encode_videos` and `build_idf_table`
@@ -45,7 +45,7 @@ logger = logging.get_logger(__name__)
 @dataclass
 class PACSVideoScoreOutput(ModelOutput):
     """
-    Scores of [`PACSModel.score_videos`], per item and for the corpus.
+    Scores of [`PACSModel.score_videos`][modeling_pacs.PACSModel.score_videos], per item and for the corpus.
 
     Args:
         scores (`torch.FloatTensor` of shape `(num_items,)`):
@@ -95,10 +95,12 @@ def batched(iterable, size: int):
 
 
 class VideoScoringMixin:
-    """The video methods of [`PACSModel`] (SPEC §2). See `PACSModel.score_videos`."""
+    """The video methods of [`PACSModel`][modeling_pacs.PACSModel] (docs/spec/pacs.md#video). See
+    `PACSModel.score_videos`."""
 
     def build_idf_table(self, corpus: Sequence[str]) -> IDFTable:
-        """EMScore's IDF table over `corpus` (e.g. every caption of the VATEX training annotations), SPEC §2.
+        """EMScore's IDF table over `corpus` (e.g. every caption of the VATEX training annotations),
+        docs/spec/pacs.md#video.
 
         Captions are tokenized as the video metric tokenizes them (no prompt prefix, truncated to the context).
         Reuse the table across calls by passing it as `score_videos(..., idf=table)`.
@@ -205,7 +207,8 @@ class VideoScoringMixin:
         text_batch_size: int = 256,
         progress: bool | None = None,
     ) -> PACSVideoScoreOutput:
-        """Score each candidate caption against its video (Eq. 13) and, with references, Eq. 14 (SPEC §2).
+        """Score each candidate caption against its video (Eq. 13) and, with references, Eq. 14
+        (docs/spec/pacs.md#video).
 
         Args:
             videos: one video per candidate: a video file (mp4, webm, mkv, avi, mov; needs the `video` extra), a
@@ -222,7 +225,8 @@ class VideoScoringMixin:
             text_batch_size: captions per text-encoder batch.
 
         Returns:
-            [`PACSVideoScoreOutput`] with per-item scores, their components and corpus means.
+            [`PACSVideoScoreOutput`][modeling_pacs.PACSVideoScoreOutput] with per-item scores, their components and
+            corpus means.
 
         Example:
 

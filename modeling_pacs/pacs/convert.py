@@ -1,4 +1,5 @@
-"""Convert official PAC-S / PAC-S++ checkpoints (OpenAI / OpenCLIP CLIP layouts, SPEC §4) into PACSModel directories.
+"""Convert official PAC-S / PAC-S++ checkpoints (OpenAI / OpenCLIP CLIP layouts, docs/spec/pacs.md#checkpoints) into
+PACSModel directories.
 
 The official files are torch pickles with the weights under `state_dict`, in OpenAI CLIP key names
 (`visual.transformer.resblocks.N.attn.in_proj_weight`, `mlp.c_fc`, `ln_1`, ...); PAC-S++ adds custom-loralib LoRA
@@ -10,7 +11,8 @@ tensors (`attn.in_proj_weight_lora_A/B`, `attn.out_proj.lora_A/B`, `mlp.c_fc.lor
 3. maps the base weights onto `transformers.CLIPModel` (the mapping of transformers' own CLIP conversion);
 4. PAC-S++: merges the patch-embedding delta (no PEFT equivalent) into `patch_embedding.weight` and writes the other
    deltas as a PEFT LoRA adapter (q/k/v share the official in-projection A; B is split by rows).
-   `lora_mode="official"` reproduces the released inference (MLP deltas skipped, see SPEC §4), `"full"` applies all.
+   `lora_mode="official"` reproduces the released inference (MLP deltas skipped, see docs/spec/pacs.md#checkpoints),
+   `"full"` applies all.
 
 Example:
 
@@ -40,7 +42,8 @@ from ..variants import OFFICIAL_VARIANTS, OfficialVariant
 from .model_card import render_model_card
 
 LORA_MODES = ("official", "full")
-# Official custom-loralib settings of PAC-S++ (SPEC §4): rank from the tensors, alpha 1, so scaling = 1 / rank.
+# Official custom-loralib settings of PAC-S++ (docs/spec/pacs.md#checkpoints): rank from the tensors, alpha 1, so
+# scaling = 1 / rank.
 OFFICIAL_LORA_ALPHA = 1.0
 # OpenAI's `build_model` derives head counts as width // 64; tiny test checkpoints pass another head size.
 OPENAI_HEAD_DIM = 64
@@ -98,7 +101,7 @@ LORA_GROUPS = {
     "mlp.c_fc": ("mlp.c_fc.lora_", ("mlp.fc1",)),
     "mlp.c_proj": ("mlp.c_proj.lora_", ("mlp.fc2",)),
 }
-# The released inference skips these (model.eval() before loading marks them merged; SPEC §4).
+# The released inference skips these (model.eval() before loading marks them merged; docs/spec/pacs.md#checkpoints).
 SKIPPED_IN_OFFICIAL_MODE = ("mlp.c_fc", "mlp.c_proj")
 # Base weight each LoRA group modifies, for relative delta norms.
 LORA_GROUP_WEIGHTS = {
@@ -201,7 +204,9 @@ def infer_geometry(state_dict: dict[str, torch.Tensor], head_dim: int = OPENAI_H
     if missing:
         raise CheckpointError(
             layout_message(
-                "is not a CLIP ViT checkpoint in the OpenAI key layout (SPEC §4)", missing, unknown_keys(state_dict)
+                "is not a CLIP ViT checkpoint in the OpenAI key layout (docs/spec/pacs.md#checkpoints)",
+                missing,
+                unknown_keys(state_dict),
             )
         )
     vision_width, _, patch_size, _ = state_dict["visual.conv1.weight"].shape
@@ -337,7 +342,12 @@ def check_layout(state_dict: dict[str, torch.Tensor], geometry: CheckpointGeomet
     elif variant.has_lora and not has_lora_keys:
         hint = "\nit has no LoRA tensors: it looks like a PAC-S checkpoint, use --variant pac_s_vit_b32 (or _l14)"
     raise CheckpointError(
-        layout_message(f"does not have the layout of {variant.name} (SPEC §4)", missing, unexpected, wrong_shapes)
+        layout_message(
+            f"does not have the layout of {variant.name} (docs/spec/pacs.md#checkpoints)",
+            missing,
+            unexpected,
+            wrong_shapes,
+        )
         + hint
     )
 

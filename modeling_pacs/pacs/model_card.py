@@ -30,7 +30,8 @@ PAC_S_PP_PAPER_URL = "https://arxiv.org/abs/2410.07336"
 PAC_S_PAPER_URL = "https://arxiv.org/abs/2303.12112"
 OFFICIAL_CODE_URL = "https://github.com/aimagelab/pacscore"
 
-# (benchmark, dataset id, measure id, measure name, value): reported numbers, never reproduced here (SPEC §6).
+# (benchmark, dataset id, measure id, measure name, value): reported numbers, never reproduced here
+# (docs/spec/pacs.md#evaluation).
 REPORTED_RESULTS = {
     "pac_s_pp_vit_b32": [
         ("Flickr8k-Expert", "flickr8k-expert", "kendall_tau_b", "PAC-S++ Kendall tau-b", 54.1),

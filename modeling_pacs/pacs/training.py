@@ -1,11 +1,12 @@
 """Training PAC-S++ and PAC-S: the positive-augmented contrastive loss, its distributed gather, data and Trainer.
 
-SPEC §3 (PAC-S++ paper Sec. 3.2 and 5.1). Not part of the published remote code: it may import `datasets`.
+docs/spec/pacs.md#training (PAC-S++ paper Sec. 3.2 and 5.1). Not part of the published remote code: it may import
+`datasets`.
 
-Data flows one way: dataset rows `(image, caption, synthetic_image, synthetic_caption)` -> [`PACSDataCollator`]
-(decoding, official preprocessing, tokenisation with the scoring-time prompt prefix) -> [`PACSEncoderForTraining`]
-(one forward through both towers, so DDP sees it) -> [`gather_with_gradient`] (global batch) ->
-[`pacs_contrastive_loss`] (Eqs. 1-3).
+Data flows one way: dataset rows `(image, caption, synthetic_image, synthetic_caption)` -> `PACSDataCollator`
+(decoding, official preprocessing, tokenisation with the scoring-time prompt prefix) -> `PACSEncoderForTraining`
+(one forward through both towers, so DDP sees it) -> `gather_with_gradient` (global batch) ->
+[`pacs_contrastive_loss`][modeling_pacs.pacs.training.pacs_contrastive_loss] (Eqs. 1-3).
 
 The prompt prefix: the official training code is not public. We tokenise training captions exactly as captions are
 tokenised at scoring time (`PACSModel.tokenize`, which prepends `config.prompt_prefix`, "A photo depicts "), so the
@@ -60,7 +61,7 @@ LOSS_TYPES = ("info_nce", "sigmoid")
 # ----------------------------------------------------------------------------------------------------- recipes
 @dataclass(frozen=True)
 class TrainingRecipe:
-    """What is trained and how the three loss terms are weighted (SPEC §3).
+    """What is trained and how the three loss terms are weighted (docs/spec/pacs.md#training).
 
     Args:
         variant: the `PACSConfig.variant` of the trained model.
@@ -254,7 +255,8 @@ def gather_with_gradient(tensor: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------------------- model
 class PACSEncoderForTraining(nn.Module):
-    """Both towers of a [`PACSModel`] behind one `forward`, so DDP wraps and synchronises a single call.
+    """Both towers of a [`PACSModel`][modeling_pacs.PACSModel] behind one `forward`, so DDP wraps and synchronises a
+    single call.
 
     Returns the projected (unnormalised) image and text embeddings and CLIP's `logit_scale`.
 
@@ -384,7 +386,7 @@ class PACSDataCollator:
     Images (paths, bytes, PIL, arrays or `datasets.Image` dicts) go through the official preprocessing
     (`modeling_pacs.models.inputs.load_and_preprocess`); captions through `PACSModel.tokenize`, the scoring-time text
     pipeline (prompt prefix included). Real and synthetic captions are padded together, so they share one length.
-    With `image_sources` (column -> [`RowSource`]), that column holds row numbers and the batch's images are read
+    With `image_sources` (column -> `RowSource`), that column holds row numbers and the batch's images are read
     from the source here, so a training set's image bytes stay on disk until their batch (see `modeling_pacs.data`).
 
     Example:
@@ -470,7 +472,7 @@ def column_key(column: str, tensor_name: str) -> str:
 class PACSTrainer(Trainer):
     """A `Trainer` whose loss is Eq. 3 over the global batch (all processes' rows are the negatives).
 
-    The model is a [`PACSEncoderForTraining`]; the data collator a [`PACSDataCollator`]. Under `torchrun` or
+    The model is a `PACSEncoderForTraining`; the data collator a `PACSDataCollator`. Under `torchrun` or
     `accelerate launch` each process encodes its own rows, the embeddings are gathered with their gradient, and every
     process computes the global-batch loss, so 8 processes x 32 rows train exactly the loss of 256 rows on one.
 
@@ -544,7 +546,8 @@ class PACSTrainer(Trainer):
 
 
 class StepPatienceEarlyStopping(TrainerCallback, ExportableState):
-    """Stop when the validation loss has not improved for `patience_steps` optimisation steps (SPEC §3: 1,500).
+    """Stop when the validation loss has not improved for `patience_steps` optimisation steps
+    (docs/spec/pacs.md#training: 1,500).
 
     transformers' `EarlyStoppingCallback` counts evaluations; the paper counts iterations. The best loss and its step
     are saved in checkpoints, so a resumed run keeps counting from the right step.
@@ -614,7 +617,7 @@ def load_training_data(
     """The training data of `scripts/train_pacs.py`, memory-mapped, with no image byte read.
 
     COCO Karpathy (`karpathy_json` + `image_root` + `synthetic_data`): captions of `train` + `restval` (training) and
-    `val` (validation) joined by key with the synthetic shards ([`modeling_pacs.data.karpathy_training_rows`]); the
+    `val` (validation) joined by key with the synthetic shards (`modeling_pacs.data.karpathy_training_rows`); the
     row tables go to `data_dir`. Or any `datasets` dataset with the columns `image`, `caption`, `synthetic_image`,
     `synthetic_caption` (`dataset`: a Hub id or a `save_to_disk` folder), memory-mapped by `datasets` itself.
     """
@@ -659,7 +662,7 @@ def load_training_data(
 
 
 class TrainingDataRecord(TrainerCallback):
-    """Writes the digests of the training rows into every checkpoint, for [`check_resumed_data`]."""
+    """Writes the digests of the training rows into every checkpoint, for `check_resumed_data`."""
 
     def __init__(self, digests: dict[str, dict[str, Any]]):
         self.digests = digests

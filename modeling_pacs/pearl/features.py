@@ -1,6 +1,7 @@
 """Pearl features: run the frozen encoders once per distinct image / text, cache them, assemble model batches.
 
-Cache layout (one folder per run; SPEC-pearl §2, keyed as Pearl's code keys them: image file name, raw text):
+Cache layout (one folder per run; docs/spec/pearl.md#encoders, keyed as Pearl's code keys them: image file name, raw
+text):
 
     CACHE/manifest.json                       encoders, their dims/tokens and the sorted key lists' sizes and hashes
     CACHE/<encoder>/images-00000.safetensors  `features` [n, tokens, dim] for image keys [i*S, (i+1)*S)

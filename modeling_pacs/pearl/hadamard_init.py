@@ -1,4 +1,5 @@
-"""HadamardNet initialisation (SPEC-pearl §3, A2): pretrain the 1x1-conv net to multiply, ship the result.
+"""HadamardNet initialisation (docs/spec/pearl.md#arsm, docs/spec/pearl.md#a2): pretrain the 1x1-conv net to multiply,
+ship the result.
 
 Pearl loads `experiments/hadamard.pth` into all six HadamardNets, but that file is absent from its repository and the
 paper gives no recipe beyond "regress u*c on vectors drawn from U(a, b)". Ours (A2, scaled to a CPU budget): pairs

@@ -38,7 +38,8 @@ def cap_references(references: list[list[str]], max_refs: int) -> list[list[str]
 
 
 class PearlScorer:
-    """A [`PearlModel`] with its frozen encoders: `score(images, candidates, references=None)`.
+    """A [`PearlModel`][modeling_pacs.PearlModel] with its frozen encoders:
+    `score(images, candidates, references=None)`.
 
     Example:
 

@@ -1,8 +1,10 @@
-"""Training Pearl on cached features (SPEC-pearl §5, A4, A11, A12, A16): a `Trainer` with Pearl's recipe.
+"""Training Pearl on cached features (docs/spec/pearl.md#training, choices A4, A11, A12, A16): a `Trainer` with Pearl's
+recipe.
 
-Rows (from `supervised.data`) -> [`PearlDataCollator`] (features from the [`FeatureCache`], references capped at
+Rows (from `supervised.data`) -> `PearlDataCollator` (features from the `FeatureCache`, references capped at
 `max_refs`, mixed reference-free / reference-based batches) -> `PearlModel` (summed Huber loss, the reference term
-only for rows with references) -> [`PearlTrainer`] (Adam 1e-5, batch 16, 1000 warm-up steps then linear decay,
+only for rows with references) -> [`PearlTrainer`][modeling_pacs.pearl.training.PearlTrainer] (Adam 1e-5, batch 16,
+1000 warm-up steps then linear decay,
 gradient clipping 1.0, early stopping on validation Kendall tau-c with patience 1, best checkpoint kept).
 """
 
@@ -19,7 +21,7 @@ from ..supervised import (
 )
 from .features import FeatureCache, assemble_batch
 
-# SPEC-pearl §5 (App. C; configs/xlmr/base/da-estimator-base.yaml).
+# docs/spec/pearl.md#training (App. C; configs/xlmr/base/da-estimator-base.yaml).
 PEARL_RECIPE = {
     "learning_rate": 1e-5,
     "per_device_train_batch_size": 16,
@@ -36,7 +38,7 @@ PEARL_RECIPE = {
     "seed": 12,
     "report_to": [],
 }
-# Validation metrics as Pearl's evaluation reports them: 100 x Kendall tau-c and tau-b (SPEC-pearl §7).
+# Validation metrics as Pearl's evaluation reports them: 100 x Kendall tau-c and tau-b (docs/spec/pearl.md#evaluation).
 PEARL_METRICS = {"kendall_c": "kendall_c", "kendall_b": "kendall_b"}
 
 

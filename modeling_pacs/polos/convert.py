@@ -1,13 +1,14 @@
 """Convert the released Polos checkpoint (`reprod.ckpt`, a PyTorch Lightning 1.2 file) into a Hub-ready PolosModel.
 
-The official loader unpickles the whole file (SPEC-polos §2.3). This converter never does:
+The official loader unpickles the whole file (docs/spec/polos.md#safe-loading). This converter never does:
 
 1. `torch.load(weights_only=True)` with two allow-listed names, `EarlyStopping` and `ModelCheckpoint` of
    `pytorch_lightning.callbacks` (Lightning keys its callback states by class), bound to empty placeholder classes:
    nothing of Lightning is imported or run. Any other global is refused.
 2. Only `state_dict` is used (plus `hyper_parameters` when there is no `hparams.yaml`, read with `yaml.safe_load`).
-3. Every key and shape is checked (SPEC-polos §2.2, §2.4): `clip.*` in OpenAI layout (fp16 or fp32, cast to fp32,
-   geometry read from the shapes as the PAC-S converter does), `encoder.model.*` (RoBERTa), `scalar_mix.*`, `ff.*`.
+3. Every key and shape is checked (docs/spec/polos.md#state-dict, docs/spec/polos.md#conversion-map): `clip.*` in OpenAI
+   layout (fp16 or fp32, cast to fp32, geometry read from the shapes as the PAC-S converter does), `encoder.model.*`
+   (RoBERTa), `scalar_mix.*`, `ff.*`.
 
 Example:
 
@@ -47,7 +48,7 @@ ALLOWED_LIGHTNING_GLOBALS = (
     ("pytorch_lightning.callbacks.early_stopping", "EarlyStopping"),
     ("pytorch_lightning.callbacks.model_checkpoint", "ModelCheckpoint"),
 )
-# Entries that are not weights of the scoring model (SPEC-polos §2.4).
+# Entries that are not weights of the scoring model (docs/spec/polos.md#conversion-map).
 DROPPED_KEYS = ("scalar_mix.dropout_mask", "scalar_mix.dropout_fill", "encoder.model.embeddings.position_ids")
 DROPPED_PREFIXES = ("encoder.model.pooler.",)
 CLIP_PREFIX = "clip."
@@ -127,7 +128,8 @@ def lightning_placeholders() -> list[type]:
 
 
 def load_polos_checkpoint(path: str | os.PathLike) -> dict:
-    """Read a Polos Lightning checkpoint with `weights_only=True` and the allow-list of SPEC-polos §2.3."""
+    """Read a Polos Lightning checkpoint with `weights_only=True` and the allow-list of
+    docs/spec/polos.md#safe-loading."""
     return load_lightning_checkpoint(path, "Polos")
 
 
@@ -197,7 +199,8 @@ def read_hparams(checkpoint_path: Path, hparams_path: str | os.PathLike | None, 
 
 
 def check_hparams(hparams: dict) -> dict:
-    """The architecture settings the port supports, read from the hparams (SPEC-polos §1.5, §2.2b)."""
+    """The architecture settings the port supports, read from the hparams (docs/spec/polos.md#head,
+    docs/spec/polos.md#hparams)."""
     expected = {"layer": "mix", "pool": "cls", "activations": "Tanh"}
     for key, value in expected.items():
         if key in hparams and str(hparams[key]) != value:
@@ -266,7 +269,9 @@ def split_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, dict[str,
         else:
             unknown.append(key)
     if unknown:
-        raise CheckpointError(layout_message("is not a Polos checkpoint (SPEC-polos §2.2)", [], sorted(unknown)))
+        raise CheckpointError(
+            layout_message("is not a Polos checkpoint (docs/spec/polos.md#state-dict)", [], sorted(unknown))
+        )
     return parts
 
 

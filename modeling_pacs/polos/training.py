@@ -1,4 +1,4 @@
-"""Training Polos on Polaris (SPEC-polos §3-§4) with a `Trainer`.
+"""Training Polos on Polaris (docs/spec/polos.md#training, docs/spec/polos.md#polaris) with a `Trainer`.
 
 The code's recipe is the default: only the head and the ScalarMix train (CLIP and RoBERTa frozen; RoBERTa keeps its
 train-mode dropout), summed MSE on the max-over-references score, Adam (0.9, 0.999) lr 3e-5 with no weight decay, a
@@ -55,7 +55,7 @@ def read_polaris_csv(path: str | Path, image_root: str | Path | None = None) -> 
 
 def read_polaris_parquet(path: str | Path) -> list[dict]:
     """Rows of a Polaris parquet file of the Hub layout (`yuwd/Polaris`), in the same form as the CSV reader's; the
-    images stay in the file (an `ImageReference` per row, read by [`PolarisCollator`] for its batch)."""
+    images stay in the file (an `ImageReference` per row, read by `PolarisCollator` for its batch)."""
     return read_rows(path, "polaris", references_required=True, image_bytes=True)
 
 
@@ -84,7 +84,7 @@ class PolarisCollator:
 
 # ---------------------------------------------------------------------------------------------------- model
 def prepare_polos_for_training(model: PolosModel) -> PolosModel:
-    """Freeze CLIP and the sentence encoder; the head and the ScalarMix train (SPEC-polos §3)."""
+    """Freeze CLIP and the sentence encoder; the head and the ScalarMix train (docs/spec/polos.md#training)."""
     for module in (model.clip_encoder, model.text_encoder):
         module.requires_grad_(False)
     return model
@@ -114,7 +114,8 @@ def polos_training_arguments(
 
 
 class PolosTrainer(SupervisedMetricTrainer):
-    """Trains a [`PolosModel`]'s head and ScalarMix on Polaris rows (collated by [`PolarisCollator`]).
+    """Trains a [`PolosModel`][modeling_pacs.PolosModel]'s head and ScalarMix on Polaris rows (collated by
+    `PolarisCollator`).
 
     Args:
         normalization: `"official"` (default: each batch's candidates share ScalarMix statistics, references are
@@ -215,7 +216,8 @@ class PolosTrainer(SupervisedMetricTrainer):
             f"reference {j} of row {row_indices[i]}" for i, refs in enumerate(references) for j in range(len(refs))
         ]
         if self.normalization == "official":
-            # Candidates form one group, the j-th references of all items another (SPEC-polos §1.7).
+            # Candidates form one group, the j-th references of all items another
+            # (docs/spec/polos.md#official-batching).
             groups = [0] * len(candidates) + [1 + j for refs in references for j in range(len(refs))]
         else:
             groups = list(range(len(texts)))

@@ -30,7 +30,7 @@ def correlation_metrics(
     predictions: Sequence[float], targets: Sequence[float], names: Mapping[str, str], scale: float = 1.0
 ) -> dict[str, float]:
     """`{name: scale x correlation}` for `names` (`{reported name: one of CORRELATIONS}`); Pearl reports Kendall
-    tau-b and tau-c x100 (SPEC-pearl §7), Polos Pearson, tau-c and Spearman as they are."""
+    tau-b and tau-c x100 (docs/spec/pearl.md#evaluation), Polos Pearson, tau-c and Spearman as they are."""
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     predictions = np.asarray(predictions, dtype=np.float64).ravel()

@@ -1,6 +1,6 @@
 """Rows of human-judgement data for supervised caption metrics (Polos, Pearl): one reader for every layout.
 
-Layouts (SPEC-pearl §6, SPEC-polos §3), each a mapping of the row fields to the file's columns:
+Layouts (docs/spec/pearl.md#data, docs/spec/polos.md#training), each a mapping of the row fields to the file's columns:
 
 | layout | image | candidate | references | score | where |
 |---|---|---|---|---|---|

@@ -13,7 +13,8 @@ from transformers.utils import logging
 logger = logging.get_logger(__name__)
 
 # Early-stopping settings (metric, patience). Polos: the paper's (validation Kendall tau-c, patience 5) and the
-# released code's (Pearson, 1). Pearl: validation Kendall tau-c with patience 1 (SPEC-pearl §5, A11).
+# released code's (Pearson, 1). Pearl: validation Kendall tau-c with patience 1 (docs/spec/pearl.md#training,
+# docs/spec/pearl.md#a11).
 EARLY_STOPPING = {"paper": ("kendall", 5), "code": ("pearson", 1)}
 PEARL_EARLY_STOPPING = ("kendall_c", 1)
 

@@ -1,4 +1,5 @@
-"""Synthetic positives for PAC-S++ training (SPEC §3): a BLIP caption per image, a Stable Diffusion image per caption.
+"""Synthetic positives for PAC-S++ training (docs/spec/pacs.md#training): a BLIP caption per image, a Stable Diffusion
+image per caption.
 
 Data flows one way: source items (COCO Karpathy `dataset_coco.json` + image root, or an image-caption `datasets`
 dataset) -> [`group_by_image`] (one work unit per real image with all its human captions) -> the job engine

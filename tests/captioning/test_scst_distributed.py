@@ -1,5 +1,15 @@
-"""Multi-process SCST on CPU (torchrun, gloo) with tiny models: two processes train like one process on the same global
-batch, a resumed two-process run continues identically, and only rank 0 writes the run's files."""
+"""Multi-process captioner training on CPU (torchrun, gloo) with tiny models, both stages (XE and SCST): two processes
+train like one process on the same global batch, a two-process run resumed from a mid-way checkpoint continues
+identically, and only rank 0 writes the run's files.
+
+Tolerance: SCORE_TOLERANCE (1e-6, absolute) on weights, rewards and losses. Measured (2026-11-25, CPU, gloo, torch
+2.13, transformers 5.24), max |weight difference| after 4 SGD steps of lr 0.5, 2 processes x 1 image vs 1 process x
+2 images: XE 4.5e-8, SCST 4.3e-7 (the weights themselves move by 0.27 and 0.10); resumed from checkpoint-2 vs
+uninterrupted (AdamW, 4 steps): 0.0 for both stages, losses and rewards identical. Nothing differs beyond fp32
+summation order: the XE loss divides each process's token sum by the step's token count over all processes
+(`num_items_in_batch`), so captions of different lengths on the two processes weigh exactly as in one batch (before
+that, the captioner ignored `num_items_in_batch` while the Trainer still multiplied the loss by the process count:
+2 processes then trained with about twice the gradient, a 2.2e-2 weight difference after the same 4 steps)."""
 
 import json
 import os
@@ -16,6 +26,7 @@ from safetensors.torch import load_file
 
 import modeling_pacs.testing.pacs
 from modeling_pacs.testing.directories import tiny_model_directory
+from modeling_pacs.tokenization import build_clip_tokenizer
 from tests.captioning import scst_distributed_worker
 from tests.fixtures.helpers import SCORE_TOLERANCE, assert_scores_close, caption_rows
 from tests.models.test_captioner import tiny_captioner
@@ -93,13 +104,71 @@ def test_two_processes_train_like_one_process_with_the_same_global_batch(toy_dat
     assert max_difference(reference_weights, initial) > 1e4 * SCORE_TOLERANCE  # the comparison is not vacuous
 
 
-def train_captioner(*argv: str, output_dir: Path, home: Path) -> subprocess.CompletedProcess:
+def test_two_processes_train_xe_like_one_process_with_the_same_global_batch(toy_dataset_dir, tmp_path):
+    # The XE stage (Eq. 16, teacher forcing), as the SCST test above: 2 processes x 1 image against 1 process x 2
+    # images, 4 plain SGD steps. The two processes' captions have different token counts at some step, so a
+    # per-process token mean averaged by DDP would differ from the one-batch token mean; the loss must weigh every
+    # token of the global batch alike.
+    train_split = str(toy_dataset_dir / "train")
+    worker = REPOSITORY / "tests" / "captioning" / "scst_distributed_worker.py"
+    (tmp_path / "two").mkdir()
+    torchrun(worker, train_split, str(tmp_path / "two"), "1", "4", "0.5", "xe", home=tmp_path / "hf")
+    (tmp_path / "one").mkdir()
+    scst_distributed_worker.run(train_split, str(tmp_path / "one"), 2, 4, 0.5, "xe")
+
+    ranks = [json.loads((tmp_path / "two" / f"steps_{rank}.json").read_text()) for rank in (0, 1)]
+    single = json.loads((tmp_path / "one" / "steps_0.json").read_text())
+    assert len(single) == len(ranks[0]) == len(ranks[1]) == 4
+    tokenizer = build_clip_tokenizer()
+    token_counts = {row: len(tokenizer(captions[0])["input_ids"]) for row, captions in enumerate(CAPTIONS)}
+    uneven = 0
+    for step, (on_rank_0, on_rank_1, reference) in enumerate(zip(*ranks, single)):
+        assert on_rank_0["rows"] + on_rank_1["rows"] == reference["rows"], step
+        uneven += token_counts[on_rank_0["rows"][0]] != token_counts[on_rank_1["rows"][0]]
+        # The logged loss is the global batch's token mean on every process.
+        for logged in (on_rank_0["logged_loss"], on_rank_1["logged_loss"]):
+            assert logged == pytest.approx(reference["logged_loss"], abs=SCORE_TOLERANCE), step
+    assert uneven > 0  # the comparison exercises unequal token counts
+
+    weights = [load_file(str(tmp_path / "two" / f"weights_{rank}.safetensors")) for rank in (0, 1)]
+    reference_weights = load_file(str(tmp_path / "one" / "weights_0.safetensors"))
+    initial = {name: parameter.detach() for name, parameter in tiny_captioner(seed=1).named_parameters()}
+    assert max_difference(weights[0], weights[1]) <= SCORE_TOLERANCE
+    assert max_difference(weights[0], reference_weights) <= SCORE_TOLERANCE
+    assert max_difference(reference_weights, initial) > 1e4 * SCORE_TOLERANCE
+
+
+def test_xe_loss_over_the_steps_tokens_equals_the_one_batch_token_mean():
+    # The captioner's loss with transformers' num_items_in_batch: two half-batches, each divided by the token count
+    # of the whole batch, sum to the whole batch's token mean (what DDP's average of `world_size x loss` computes).
+    captioner = tiny_captioner(seed=1)
+    tokenizer = build_clip_tokenizer()
+    from modeling_pacs.captioning.training import caption_labels
+
+    labels = caption_labels(tokenizer, [captions[0] for captions in CAPTIONS[:2]], 77)
+    pixel_values = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    captioner.requires_grad_(False)
+    whole = captioner(pixel_values=pixel_values, labels=labels).loss
+    tokens = int((labels != -100).sum())
+    assert (labels[0] != -100).sum() != (labels[1] != -100).sum()
+    halves = sum(
+        captioner(pixel_values=pixel_values[k : k + 1], labels=labels[k : k + 1], num_items_in_batch=tokens).loss
+        for k in range(2)
+    )
+    assert float(halves) == pytest.approx(float(whole), abs=SCORE_TOLERANCE)
+    means = sum(captioner(pixel_values=pixel_values[k : k + 1], labels=labels[k : k + 1]).loss for k in range(2)) / 2
+    assert abs(float(means) - float(whole)) > 100 * SCORE_TOLERANCE  # the per-half mean would not be the same
+
+
+def train_captioner(*argv: str, output_dir: Path, home: Path, stage: str = "scst") -> subprocess.CompletedProcess:
     common = [
-        "--stage", "scst", "--device", "cpu", "--reward", "pac_s_pp", "--reward_model", "tiny",
+        "--stage", stage, "--device", "cpu", "--reward", "pac_s_pp", "--reward_model", "tiny",
         "--eval_model", "tiny", "--eval_clip_model", "tiny:clip_s", "--batch_size", "1", "--max_steps", "4",
         "--save_steps", "2", "--logging_steps", "1", "--learning_rate", "1e-3", "--max_new_tokens", "5",
         "--num_beams", "3", "--no_reward_cache",
     ]  # fmt: skip
+    if stage == "xe":  # the paper's warm-up / constant / decay schedule, compressed into the 4 steps
+        common += ["--warmup_steps", "1", "--constant_until", "3", "--decay_until", "4"]
     script = REPOSITORY / "scripts" / "train_captioner.py"
     return torchrun(script, *common, "--output_dir", str(output_dir), *argv, home=home)
 
@@ -148,26 +217,42 @@ def test_only_rank_zero_writes_checkpoints_and_the_report(two_process_run):
     assert [entry["step"] for entry in history if "reward" in entry] == [1, 2, 3, 4]
 
 
-def test_resumed_two_process_run_continues_identically(two_process_run, toy_dataset_dir, tmp_path):
-    run, features, _ = two_process_run
+@pytest.fixture(scope="module")
+def two_process_xe_run(toy_dataset_dir, tmp_path_factory) -> tuple[Path, Path, str]:
+    """An uninterrupted 2-process XE run of scripts/train_captioner.py: 4 steps, checkpoints at 2 and 4."""
+    folder = tmp_path_factory.mktemp("two_process_xe_run")
+    tiny_captioner(seed=1).save_pretrained(folder / "init")
+    features = folder / "features"
+    completed = train_captioner(
+        "--init", str(folder / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
+        "--test_split", "none", output_dir=folder / "run", home=folder / "hf", stage="xe",
+    )  # fmt: skip
+    return folder / "run", features, completed.stderr
+
+
+@pytest.mark.parametrize("stage", ["xe", "scst"])
+def test_resumed_two_process_run_continues_identically(stage, request, toy_dataset_dir, tmp_path):
+    run, features, _ = request.getfixturevalue("two_process_xe_run" if stage == "xe" else "two_process_run")
     resumed = tmp_path / "resumed"
     shutil.copytree(run / "checkpoint-2", resumed / "checkpoint-2")
     train_captioner(
         "--init", str(run.parent / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
         "--test_split", "none", "--resume_from_checkpoint", "last", output_dir=resumed, home=tmp_path / "hf",
+        stage=stage,
     )  # fmt: skip
+    logged = ("loss", "reward") if stage == "scst" else ("loss", "learning_rate")
 
-    def after_checkpoint(folder: Path) -> list[tuple[int, float, float]]:
+    def after_checkpoint(folder: Path) -> list[tuple[float, ...]]:
         history = json.loads((folder / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
         return [
-            (entry["step"], entry["loss"], entry["reward"])
+            (entry["step"], *(entry[key] for key in logged))
             for entry in history
-            if entry["step"] > 2 and "reward" in entry
+            if entry["step"] > 2 and "loss" in entry
         ]
 
     expected, actual = after_checkpoint(run), after_checkpoint(resumed)
-    assert [step for step, _, _ in actual] == [step for step, _, _ in expected] == [3, 4]
-    assert_scores_close([values[1:] for values in actual], [values[1:] for values in expected], what="loss, reward")
+    assert [values[0] for values in actual] == [values[0] for values in expected] == [3, 4]
+    assert_scores_close([values[1:] for values in actual], [values[1:] for values in expected], what=str(logged))
     final = load_file(str(run / "final" / "model.safetensors"))
     assert max_difference(load_file(str(resumed / "final" / "model.safetensors")), final) <= SCORE_TOLERANCE
     halfway = load_file(str(run / "checkpoint-2" / "model.safetensors"))

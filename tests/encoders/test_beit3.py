@@ -166,7 +166,8 @@ def test_text_features_match_numpy_and_do_not_depend_on_the_batch(converted):
             features[index].numpy(), numpy_beit3(converted["state"], embedding[ids], "B"), atol=1e-5
         )
     alone = encoder.encode_text(texts[:1])
-    np.testing.assert_allclose(alone[0].numpy(), features[0].numpy(), atol=1e-6)  # padding masked (SPEC-pearl A9)
+    # Padding is masked, so a text's features do not depend on its batch (docs/spec/pearl.md#a9).
+    np.testing.assert_allclose(alone[0].numpy(), features[0].numpy(), atol=1e-6)
     np.testing.assert_allclose(
         encoder.encode_text([""])[0].numpy(), encoder.encode_text(["[EMPTY]"])[0].numpy(), atol=1e-6
     )

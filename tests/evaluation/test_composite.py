@@ -1,5 +1,5 @@
-"""Composite from the original AMT_eval files (BENCHMARKS.md §3), written here in the release's layout; expected
-items are spelled out by hand from the documented rules and statistics checked against scipy."""
+"""Composite from the original AMT_eval files (docs/spec/benchmarks.md#composite), written here in the release's layout;
+expected items are spelled out by hand from the documented rules and statistics checked against scipy."""
 
 import hashlib
 import json
@@ -199,13 +199,17 @@ def test_keep_candidate_option_and_contradicting_options(amt_dir):
         )
 
 
-DOCS = r"\(see README, section 'Benchmark data layouts', 'Composite'\)"
+DOCS = r"\(see docs/guides/benchmark-releases.md, 'Composite'\)"
 
 
 def test_missing_and_malformed_amt_files_name_the_file_layout_and_docs(tmp_path):
     root = write_amt(tmp_path / "c")
     (root / "30k_correctness.csv").unlink()
-    with pytest.raises(BenchmarkDataError, match=rf"30k_correctness.csv: file not found. Expected the AMT.*{DOCS}"):
+    with pytest.raises(
+        BenchmarkDataError,
+        match=rf"AMT_eval/30k_correctness.csv: file not found \(looked for .*/c/AMT_eval/30k_correctness.csv, "
+        rf".*/c/30k_correctness.csv;.*Expected the AMT.*{DOCS}",
+    ):
         load_benchmark("composite", root)
     root = write_amt(tmp_path / "c")
     path = root / "8k_correctness.csv"

@@ -1,5 +1,5 @@
-"""Each loader on a tiny copy of its ORIGINAL files, with the awkward cases BENCHMARKS.md lists; expected items are
-written out by hand from the official code's rules."""
+"""Each loader on a tiny copy of its ORIGINAL files, with the awkward cases docs/spec/benchmarks.md lists; expected
+items are written out by hand from the official code's rules."""
 
 import pickle
 import random
@@ -84,7 +84,7 @@ def test_missing_and_malformed_flickr_files_name_the_file_layout_and_docs(tmp_pa
     message = str(error.value)
     assert f"{tmp_path / 'flickr8k.json'}: file not found" in message
     assert "Expected clipscore's flickr8k.json" in message and "ExpertAnnotations.txt" in message
-    assert "see README, section 'Benchmark data layouts', 'Flickr8k-Expert'" in message
+    assert "see docs/guides/benchmark-releases.md, 'Flickr8k-Expert'" in message
     root = write_flickr8k_raw(tmp_path / "raw")
     (root / "ExpertAnnotations.txt").write_text("img1.jpg\timg2.jpg#1\t1\t2\n")
     with pytest.raises(BenchmarkDataError, match=r"ExpertAnnotations.txt: line 1 has 4 tab-separated fields"):
@@ -261,7 +261,11 @@ def test_foil_group_with_two_originals_is_rejected(tmp_path):
     with pytest.raises(BenchmarkDataError, match="annotation id 20 has 2 originals"):
         load_benchmark("foil", root)
     (root / "captions_val2014.json").unlink()
-    with pytest.raises(BenchmarkDataError, match="captions_val2014.json: file not found. Expected captions_val2014"):
+    with pytest.raises(
+        BenchmarkDataError,
+        match=r"annotations/captions_val2014.json: file not found \(looked for .*/annotations/captions_val2014.json, "
+        r".*/foil/captions_val2014.json",
+    ):
         load_benchmark("foil", root)
 
 

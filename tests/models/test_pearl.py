@@ -1,4 +1,4 @@
-"""PearlModel (SPEC-pearl §3-§5): structure, initial states, the fusion and the loss against NumPy."""
+"""PearlModel (docs/spec/pearl.md): structure, initial states, the fusion and the loss against NumPy."""
 
 import json
 import os
@@ -25,8 +25,8 @@ def tiny_pearl():
 
 
 def test_default_config_has_the_parameters_the_forward_uses():
-    # SPEC-pearl §4 / A5: heads 2 x 20,057,089, transformer 31,489,024, adapters 6 x 2,361,600, HadamardNets
-    # 6 x 1,385,089, cross-attention 9,443,328, DiffNets 6 x 2,304, queries 12,288.
+    # docs/spec/pearl.md#vss, docs/spec/pearl.md#a5: heads 2 x 20,057,089, transformer 31,489,024, adapters 6 x
+    # 2,361,600, HadamardNets 6 x 1,385,089, cross-attention 9,443,328, DiffNets 6 x 2,304, queries 12,288.
     expected = 2 * 20_057_089 + 31_489_024 + 6 * 2_361_600 + 6 * 1_385_089 + 9_443_328 + 6 * 2 * 768 + 6 * 768
     expected += 8 * 1536
     with torch.device("meta"):

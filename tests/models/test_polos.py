@@ -1,5 +1,5 @@
 """Polos in the engine: ScalarMix, feature vector, head and both batch modes against an independent NumPy
-computation (SPEC-polos §1), reloading through AutoModel, and bad input."""
+computation (docs/spec/polos.md#inference), reloading through AutoModel, and bad input."""
 
 import json
 import os
@@ -15,7 +15,7 @@ from modeling_pacs.models.scoring import polos_features, scalar_mix
 from modeling_pacs.testing.polos import make_tiny_polos_model
 from tests.fixtures.helpers import SCORE_TOLERANCE, assert_scores_close, random_image
 
-# SPEC-polos §1.4: offsets of each block in the feature vector, for text width D and CLIP width P.
+# docs/spec/polos.md#features: offsets of each block in the feature vector, for text width D and CLIP width P.
 FEATURE_BLOCKS = ["r_rb", "c_rb", "|c_rb-r_rb|", "c_rb*r_rb", "v", "c_clip", "|v-c_clip|", "v*c_clip", "|r-c_clip|",
                   "r*c_clip"]  # fmt: skip
 
@@ -85,7 +85,7 @@ def numpy_sentence_embeddings(model, texts, groups):
 
 
 def numpy_features(r_rb, c_rb, v, c_clip, r_clip):
-    """The feature vector filled block by block at the offsets of SPEC-polos §1.4."""
+    """The feature vector filled block by block at the offsets of docs/spec/polos.md#features."""
     text_width, clip_width = r_rb.shape[-1], v.shape[-1]
     blocks = {
         "r_rb": r_rb, "c_rb": c_rb, "|c_rb-r_rb|": np.abs(c_rb - r_rb), "c_rb*r_rb": c_rb * r_rb, "v": v,
@@ -113,7 +113,7 @@ def numpy_head(model, features):
 
 def numpy_polos(model, images, candidates, references, chunk_size=None):
     """Polos scores with every formula in NumPy. `chunk_size=None`: per item (each sentence its own group, all
-    references); otherwise the official chunking of SPEC-polos §1.7, written out independently."""
+    references); otherwise the official chunking of docs/spec/polos.md#official-batching, written out independently."""
     image_clip = model.clip_encoder.encode_images(images).double().numpy()
     scores, used = [], []
     chunk_size = chunk_size or 1

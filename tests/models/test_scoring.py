@@ -1,4 +1,4 @@
-"""Eqs. 4 and 5 against an independent NumPy computation (SPEC §1)."""
+"""Eqs. 4 and 5 against an independent NumPy computation (docs/spec/pacs.md#metric)."""
 
 import numpy as np
 import pytest

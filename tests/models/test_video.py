@@ -1,5 +1,6 @@
-"""Video captions (SPEC §2): `PACSModel.score_videos` on every video input form, parity with OpenAI's original CLIP
-code plus an independent NumPy EMScore, seeking decoders, deduplication, and errors that name the bad video."""
+"""Video captions (docs/spec/pacs.md#video): `PACSModel.score_videos` on every video input form, parity with OpenAI's
+original CLIP code plus an independent NumPy EMScore, seeking decoders, deduplication, and errors that name the bad
+video."""
 
 import sys
 

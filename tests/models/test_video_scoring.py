@@ -1,4 +1,5 @@
-"""Eqs. 9-14 (SPEC §2, EMScore's code) against an independent NumPy computation, item by item, unpadded."""
+"""Eqs. 9-14 (docs/spec/pacs.md#video, EMScore's code) against an independent NumPy computation, item by item,
+unpadded."""
 
 import math
 

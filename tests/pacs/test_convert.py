@@ -290,7 +290,7 @@ def test_model_card_metadata_marks_reported_results():
     assert "w = 3.0" in large and "openai/clip-vit-large-patch14" in large and "`full`" in large
     openclip = render_model_card("pac_s_openclip_vit_l14")
     assert "laion/CLIP-ViT-L-14-laion2B-s32B-b82K" in openclip and "plain GELU" in openclip
-    assert "model-index" not in openclip  # no reported numbers for this checkpoint in SPEC §6
+    assert "model-index" not in openclip  # no reported numbers for this checkpoint in docs/spec/pacs.md#evaluation
     trained = render_model_card(
         "pac_s_pp_vit_b32", lora_mode=None, provenance="trained with scripts/train.py", include_reported_results=False
     )

@@ -1,4 +1,4 @@
-"""EMScore (SPEC §2, the EMScore paper's Eqs. 6-14) in NumPy, written from the formulas.
+"""EMScore (docs/spec/pacs.md#video, the EMScore paper's Eqs. 6-14) in NumPy, written from the formulas.
 
 The independent reference of `tests/models/test_video_emscore.py`: float64, one item at a time, no padding. Inputs
 are the

@@ -7,8 +7,8 @@ and computes reference features with `encode_image` / `encode_text`. `build_open
 tiny geometry with open_clip's own `VisionTransformer` / `TextTransformer` (the ViT-L-14 laion2b configuration:
 plain GELU), to check the OpenCLIP layout against the real open_clip code.
 
-For PAC-S++ it adds LoRA tensors named as in the official checkpoints (SPEC §4) and applies them the way the
-official `custom_loralib` does at inference:
+For PAC-S++ it adds LoRA tensors named as in the official checkpoints (docs/spec/pacs.md#checkpoints) and applies them
+the way the official `custom_loralib` does at inference:
 
 - `full`: every delta (attention in-projection, attention out-projection, both MLP linears, patch embedding);
 - `official`: the released inference, where `model.eval()` runs before the checkpoint is loaded and so marks the
