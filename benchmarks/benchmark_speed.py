@@ -36,9 +36,7 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 import types
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +47,7 @@ from benchmarking_utils import (
     make_workload,
     matmul_peak_gflops,
     peak_rss_mib,
-    synchronize,
+    profile_stages,
     vit_b32_clip_config,
 )
 from PIL import Image
@@ -57,12 +55,9 @@ from PIL import Image
 import modeling_pacs
 from modeling_pacs.cli.arguments import add_device_arguments, add_example
 from modeling_pacs.loading import DTYPES, resolve_device
-from modeling_pacs.models.backbones import backbone_family, encode_image_batch
 from modeling_pacs.models.inputs import (
     load_and_preprocess,
-    load_image,
     prepare_caption,
-    preprocess_image,
 )
 from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
 from modeling_pacs.testing.modules import temporary_modules
@@ -251,85 +246,6 @@ def official_scores(official, model, items, device: torch.device, w: float):
     total = scores + similarities
     ref_scores = np.where(total > 0, 2 * scores * similarities / np.where(total > 0, total, 1), 0)
     return torch.from_numpy(np.asarray(scores, dtype=np.float64)), torch.from_numpy(ref_scores)
-
-
-def layer_macs(tokens, width: int, intermediate: int, pooled_last: bool):
-    """Multiply-adds of one pre-norm transformer layer over `tokens` positions; with `pooled_last`, as the engine's
-    last layer runs it (`fast_clip`): keys and values for every position, the rest for the pooled position only."""
-    if not pooled_last:
-        return 4 * tokens * width**2 + 2 * tokens**2 * width + 2 * tokens * width * intermediate
-    return 2 * tokens * width**2 + 2 * width**2 + 2 * tokens * width + 2 * width * intermediate
-
-
-def vision_flops_per_image(config, pooled_last: bool = False) -> float:
-    """Multiply-adds x 2 of one ViT forward (patch embedding, attention, MLP) plus the projection."""
-    vision = config.vision_config
-    width, layers = vision.hidden_size, vision.num_hidden_layers
-    patches = (vision.image_size // vision.patch_size) ** 2
-    tokens = patches + 1
-    macs = patches * width * 3 * vision.patch_size**2
-    macs += (layers - 1) * layer_macs(tokens, width, vision.intermediate_size, False)
-    macs += layer_macs(tokens, width, vision.intermediate_size, pooled_last) + width * config.projection_dim
-    return 2.0 * macs
-
-
-def text_flops(config, lengths: torch.Tensor, pooled_last: bool = False) -> float:
-    """FLOPs of the text encoder on captions of these real lengths (padding excluded) plus the projection."""
-    text = config.text_config
-    width, lengths = text.hidden_size, lengths.double()
-    macs = (text.num_hidden_layers - 1) * layer_macs(lengths, width, text.intermediate_size, False).sum()
-    macs += layer_macs(lengths, width, text.intermediate_size, pooled_last).sum()
-    macs += len(lengths) * width * config.projection_dim
-    return 2.0 * float(macs)
-
-
-def profile_stages(model, items, device: torch.device, peak: float) -> list[tuple[str, float, int, str, float]]:
-    """Each stage of `PACSModel.score` timed on its own over the workload's distinct images and texts:
-    (stage, seconds, count, unit, GFLOP/s or 0)."""
-    size = model.config.backbone_config.vision_config.image_size
-    paths = list(dict.fromkeys(path for path, _, _ in items))
-    texts = list(dict.fromkeys([caption for _, caption, _ in items] + [r for _, _, refs in items for r in refs]))
-    rows = []
-    start = time.perf_counter()
-    decoded = [load_image(path, index) for index, path in enumerate(paths)]
-    rows.append(("image decoding (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
-    start = time.perf_counter()
-    pixels = torch.stack([preprocess_image(image, size) for image in decoded])
-    rows.append(("preprocessing (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
-    pixels = pixels.to(device=device, dtype=model.dtype)
-    fast = model.fast_encoders()  # the engine's packed CPU path where it applies (fast_clip), else transformers'
-    family = backbone_family(model.config.backbone_config)
-    with torch.inference_mode():
-        encode = fast.encode_images if fast is not None else partial(encode_image_batch, model.clip, family)
-        encode(pixels[:2])  # first-call overhead outside the timing
-        synchronize(device)
-        start = time.perf_counter()
-        image_embeds = torch.cat([encode(batch) for batch in pixels.split(64)])
-        synchronize(device)
-        seconds = time.perf_counter() - start
-    pooled_last = fast is not None
-    flops = vision_flops_per_image(model.config.backbone_config, pooled_last) * len(paths) / seconds / 1e9
-    rows.append(("image encoding (batch 64)", seconds, len(paths), "images", flops))
-    start = time.perf_counter()
-    tokens = model.tokenize(texts)
-    rows.append(("tokenisation", time.perf_counter() - start, len(texts), "texts", 0.0))
-    start = time.perf_counter()
-    text_embeds = model.encode_texts(texts, progress=False)
-    seconds = time.perf_counter() - start - rows[-1][1]  # encode_texts tokenises first
-    flops = text_flops(model.config.backbone_config, tokens["attention_mask"].sum(dim=1), pooled_last) / seconds / 1e9
-    rows.append(("text encoding (sorted, batch 256)", seconds, len(texts), "texts", flops))
-    index = {text: position for position, text in enumerate(texts)}
-    candidates = text_embeds[[index[caption] for _, caption, _ in items]]
-    references = text_embeds[[index[r] for _, _, refs in items for r in refs]]
-    owner = torch.tensor([i for i, (_, _, refs) in enumerate(items) for _ in refs])
-    images = image_embeds.float().cpu()[[paths.index(path) for path, _, _ in items]]
-    start = time.perf_counter()
-    harmonic_mean(
-        reference_free_score(images, candidates, model.config.w),
-        max_reference_similarity(candidates, references, owner),
-    )
-    rows.append(("scoring (Eqs. 4, 5)", time.perf_counter() - start, len(items), "items", 0.0))
-    return rows
 
 
 def peak_rss_probe(num_items: int):

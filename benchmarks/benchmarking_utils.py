@@ -1,5 +1,6 @@
-"""What the speed and memory benchmarks share: workloads, timing, the machine's matmul peak, memory probes, and the
-CLIP / SigLIP ViT-B/32 geometries that random-weight benchmarks run at (see benchmarks/README.md)."""
+"""What the speed and memory benchmarks share: workloads, timing (best of N, interleaved rounds), the machine's matmul
+peak, FLOP counts and per-stage profiles with their table, memory probes, and the CLIP / SigLIP ViT-B/32 geometries
+that random-weight benchmarks run at (see benchmarks/README.md)."""
 
 import os
 import random
@@ -15,7 +16,10 @@ from PIL import Image
 from transformers import CLIPConfig, PreTrainedTokenizerBase, SiglipConfig
 
 from modeling_pacs.cli.arguments import positive_float, positive_int
+from modeling_pacs.models.backbones import backbone_family, encode_image_batch
 from modeling_pacs.models.fast_clip import PackedLinear, packed_linear_available
+from modeling_pacs.models.inputs import load_image, preprocess_image
+from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
 from modeling_pacs.tokenization import CLIP_VOCAB_SIZE
 
 # The ViT-B/32 image tower (CLIP's and SigLIP's B/32 share it), for random-weight benchmarks.
@@ -99,25 +103,160 @@ def synchronize(device: torch.device):
 
 
 def matmul_peak_gflops(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 10) -> float:
-    """Measured dense matmul throughput of this machine in the engine's precision (the achievable peak): the faster of
-    `torch.mm` and, on CPU in fp32, oneDNN's packed linear kernel (the one `fast_clip` runs)."""
+    """Measured dense matmul throughput of this machine in the engine's precision (the achievable peak): the fastest
+    of `torch.mm` and, on CPU in fp32, oneDNN's packed linear kernel (the one `fast_clip` runs), on a `size`-cubed
+    product and, on CPU, on a `4096 x 1024 x 512` one whose operands fit in the last-level cache (the 2048-cubed
+    operands, 48 MB, do not: on this project's machine one thread ran the cache-resident product at up to 1.3x)."""
     if device.type == "cuda":
         size, repeats = 8192, 50
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    kernels = [partial(torch.mm, a, b)]
-    if device.type == "cpu" and dtype == torch.float32 and packed_linear_available():
-        kernels.append(partial(PackedLinear(b, None), a))
+    shapes = [(size, size, size)]
+    if device.type == "cpu":
+        shapes.append((4096, 1024, 512))
     best = 0.0
-    for kernel in kernels:
-        kernel()
+    for rows, inner, columns in shapes:
+        a = torch.randn(rows, inner, device=device, dtype=dtype)
+        b = torch.randn(inner, columns, device=device, dtype=dtype)
+        kernels = [partial(torch.mm, a, b)]
+        if device.type == "cpu" and dtype == torch.float32 and packed_linear_available():
+            kernels.append(partial(PackedLinear(b.t(), None), a))
+        count = max(1, round(repeats * size**3 / (rows * inner * columns)))
+        for kernel in kernels:
+            kernel()
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(count):
+                kernel()
+            synchronize(device)
+            best = max(best, 2 * rows * inner * columns * count / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def best_times(runs: dict, rounds: int, warmup: bool = True) -> dict[str, tuple[float, object]]:
+    """`{name: (best wall time, last result)}` of each run over `rounds` interleaved rounds: one call of every run
+    per round, so a burst of load from other jobs hits them alike (after one untimed call of each with `warmup`)."""
+    if warmup:
+        for function in runs.values():
+            function()
+    best = {name: (float("inf"), None) for name in runs}
+    for _ in range(rounds):
+        for name, function in runs.items():
+            start = time.perf_counter()
+            result = function()
+            best[name] = (min(best[name][0], time.perf_counter() - start), result)
+    return best
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages of `/proc/loadavg` ("n/a" where there is none)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def print_stage_table(title: str, rows: list[tuple[str, float, float]], peak: float, samples: int):
+    """Print `(stage, seconds, FLOPs or 0)` rows with ms/sample, GFLOP, GFLOP/s and the share of `peak` (GFLOP/s)."""
+    print(f"\n{title} (matmul peak {peak:.1f} GFLOP/s, {samples} samples)")
+    print(f"{'stage':44s} {'seconds':>8s} {'ms/sample':>10s} {'GFLOP':>9s} {'GFLOP/s':>8s} {'of peak':>8s}")
+    for stage, seconds, flops in rows:
+        rate = flops / seconds / 1e9 if flops and seconds > 0 else 0.0
+        numbers = f"{flops / 1e9:9.2f} {rate:8.1f} {rate / peak:8.0%}" if flops else f"{'':9s} {'':8s} {'':8s}"
+        print(f"{stage:44s} {seconds:8.3f} {1000 * seconds / samples:10.2f} {numbers}")
+
+
+# ------------------------------------------------------------------------------------------------ FLOP counts
+def layer_macs(tokens, width: int, intermediate: int, pooled_last: bool):
+    """Multiply-adds of one pre-norm transformer layer over `tokens` positions; with `pooled_last`, as the engine's
+    last layer runs it (`fast_clip`): keys and values for every position, the rest for the pooled position only."""
+    if not pooled_last:
+        return 4 * tokens * width**2 + 2 * tokens**2 * width + 2 * tokens * width * intermediate
+    return 2 * tokens * width**2 + 2 * width**2 + 2 * tokens * width + 2 * width * intermediate
+
+
+def vision_flops_per_image(config, pooled_last: bool = False) -> float:
+    """Multiply-adds x 2 of one ViT forward (patch embedding, attention, MLP) plus the projection."""
+    vision = config.vision_config
+    width, layers = vision.hidden_size, vision.num_hidden_layers
+    patches = (vision.image_size // vision.patch_size) ** 2
+    tokens = patches + 1
+    macs = patches * width * 3 * vision.patch_size**2
+    macs += (layers - 1) * layer_macs(tokens, width, vision.intermediate_size, False)
+    macs += layer_macs(tokens, width, vision.intermediate_size, pooled_last) + width * config.projection_dim
+    return 2.0 * macs
+
+
+def text_flops(config, lengths: torch.Tensor, pooled_last: bool = False) -> float:
+    """FLOPs of the text encoder on captions of these real lengths (padding excluded) plus the projection."""
+    text = config.text_config
+    width, lengths = text.hidden_size, lengths.double()
+    macs = (text.num_hidden_layers - 1) * layer_macs(lengths, width, text.intermediate_size, False).sum()
+    macs += layer_macs(lengths, width, text.intermediate_size, pooled_last).sum()
+    macs += len(lengths) * width * config.projection_dim
+    return 2.0 * float(macs)
+
+
+def distinct_inputs(items) -> tuple[list[str], list[str]]:
+    """The workload's distinct image paths and distinct texts (candidates, then references), as both metrics see."""
+    paths = list(dict.fromkeys(path for path, _, _ in items))
+    texts = list(dict.fromkeys([caption for _, caption, _ in items] + [r for _, _, refs in items for r in refs]))
+    return paths, texts
+
+
+def clip_flops(model, items) -> float:
+    """FLOPs of a PAC-S-style metric's encoders on the workload: each distinct image and text once (as the engine
+    runs them: padding excluded, the last layer for the pooled position only)."""
+    paths, texts = distinct_inputs(items)
+    config = model.config.backbone_config
+    lengths = model.tokenize(texts)["attention_mask"].sum(dim=1)
+    return vision_flops_per_image(config, pooled_last=True) * len(paths) + text_flops(config, lengths, True)
+
+
+def profile_stages(model, items, device: torch.device, peak: float) -> list[tuple[str, float, int, str, float]]:
+    """Each stage of `PACSModel.score` timed on its own over the workload's distinct images and texts:
+    (stage, seconds, count, unit, GFLOP/s or 0)."""
+    size = model.config.backbone_config.vision_config.image_size
+    paths, texts = distinct_inputs(items)
+    rows = []
+    start = time.perf_counter()
+    decoded = [load_image(path, index) for index, path in enumerate(paths)]
+    rows.append(("image decoding (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
+    start = time.perf_counter()
+    pixels = torch.stack([preprocess_image(image, size) for image in decoded])
+    rows.append(("preprocessing (1 thread)", time.perf_counter() - start, len(paths), "images", 0.0))
+    pixels = pixels.to(device=device, dtype=model.dtype)
+    fast = model.fast_encoders()  # the engine's packed CPU path where it applies (fast_clip), else transformers'
+    family = backbone_family(model.config.backbone_config)
+    with torch.inference_mode():
+        encode = fast.encode_images if fast is not None else partial(encode_image_batch, model.clip, family)
+        encode(pixels[:2])  # first-call overhead outside the timing
         synchronize(device)
         start = time.perf_counter()
-        for _ in range(repeats):
-            kernel()
+        image_embeds = torch.cat([encode(batch) for batch in pixels.split(64)])
         synchronize(device)
-        best = max(best, 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9)
-    return best
+        seconds = time.perf_counter() - start
+    pooled_last = fast is not None
+    flops = vision_flops_per_image(model.config.backbone_config, pooled_last) * len(paths) / seconds / 1e9
+    rows.append(("image encoding (batch 64)", seconds, len(paths), "images", flops))
+    start = time.perf_counter()
+    tokens = model.tokenize(texts)
+    rows.append(("tokenisation", time.perf_counter() - start, len(texts), "texts", 0.0))
+    start = time.perf_counter()
+    text_embeds = model.encode_texts(texts, progress=False)
+    seconds = time.perf_counter() - start - rows[-1][1]  # encode_texts tokenises first
+    flops = text_flops(model.config.backbone_config, tokens["attention_mask"].sum(dim=1), pooled_last) / seconds / 1e9
+    rows.append(("text encoding (sorted, batch 256)", seconds, len(texts), "texts", flops))
+    index = {text: position for position, text in enumerate(texts)}
+    candidates = text_embeds[[index[caption] for _, caption, _ in items]]
+    references = text_embeds[[index[r] for _, _, refs in items for r in refs]]
+    owner = torch.tensor([i for i, (_, _, refs) in enumerate(items) for _ in refs])
+    images = image_embeds.float().cpu()[[paths.index(path) for path, _, _ in items]]
+    start = time.perf_counter()
+    harmonic_mean(
+        reference_free_score(images, candidates, model.config.w),
+        max_reference_similarity(candidates, references, owner),
+    )
+    rows.append(("scoring (Eqs. 4, 5)", time.perf_counter() - start, len(items), "items", 0.0))
+    return rows
 
 
 def peak_rss_mib() -> float:
@@ -160,13 +299,22 @@ __all__ = [
     "WORDS",
     "PeakMemory",
     "best_time",
+    "best_times",
+    "clip_flops",
     "current_rss_mib",
+    "distinct_inputs",
+    "layer_macs",
+    "load_average",
     "make_workload",
     "matmul_peak_gflops",
     "peak_rss_mib",
     "positive_float",
     "positive_int",
+    "print_stage_table",
+    "profile_stages",
     "synchronize",
+    "text_flops",
+    "vision_flops_per_image",
     "vit_b32_clip_config",
     "vit_b32_siglip_config",
 ]

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
+from ..models.fast_clip import use_packed_linears
 from ..models.inputs import ImageInput, check_positive_int
 from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, tokenize
 
@@ -228,6 +229,7 @@ class BEiT3RetrievalEncoder:
         batch_size: int = 32,
     ):
         self.model = model.eval()
+        use_packed_linears(self.model)  # oneDNN's packed kernels in inference on CPU (fast_clip)
         self.tokenizer = tokenizer
         self.name = name
         self.dim = model.config.hidden_size

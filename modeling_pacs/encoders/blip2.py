@@ -10,8 +10,10 @@ import re
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoTokenizer, Blip2TextModelWithProjection, Blip2VisionModelWithProjection
 
+from ..models.fast_clip import FastEncoderSlot, FastLayer, packed_linear_available, use_packed_linears
 from ..models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput, check_positive_int
 from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, tokenize
 
@@ -27,6 +29,53 @@ def blip_caption_normalise(caption: str, max_words: int = BLIP_MAX_WORDS) -> str
     caption = caption.rstrip("\n").strip(" ")
     words = caption.split(" ")
     return " ".join(words[:max_words]) if len(words) > max_words else caption
+
+
+class FastBlip2Vision:
+    """BLIP-2's ViT (EVA ViT-g/14 for `blip2-itm-vit-g`) on `fast_clip`'s packed layers: the post-layernorm hidden
+    states of `Blip2VisionModel`, the same arithmetic (fused q/k/v, packed matrices, torch's exact `gelu` in place).
+    The Q-Former reads every position, so every layer runs in full."""
+
+    def __init__(self, vision: nn.Module):
+        self.vision = vision
+        with torch.no_grad():
+            self.layers = [
+                FastLayer.from_parts(
+                    layer.self_attn.qkv,
+                    layer.self_attn.projection,
+                    layer.mlp.fc1,
+                    layer.mlp.fc2,
+                    "gelu",
+                    layer.layer_norm1,
+                    layer.layer_norm2,
+                    layer.self_attn.num_heads,
+                    layer.self_attn.scale,
+                )
+                for layer in vision.encoder.layers
+            ]
+
+    @classmethod
+    def build(cls, vision: nn.Module) -> "FastBlip2Vision | None":
+        """The fast ViT of a `Blip2VisionModel`, or None where it does not apply (device, dtype, activation)."""
+        parameter = next(vision.parameters())
+        if not packed_linear_available() or parameter.device.type != "cpu" or parameter.dtype != torch.float32:
+            return None
+        if vision.config.hidden_act != "gelu":
+            return None
+        for layer in vision.encoder.layers:
+            linears = (layer.self_attn.qkv, layer.self_attn.projection, layer.mlp.fc1, layer.mlp.fc2)
+            if any(type(linear) is not nn.Linear for linear in linears):
+                return None
+        try:
+            return cls(vision)
+        except RuntimeError:
+            return None
+
+    def __call__(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        hidden = self.vision.embeddings(pixel_values)
+        for layer in self.layers:
+            hidden = layer(hidden, causal=False)
+        return self.vision.post_layernorm(hidden)
 
 
 class BLIP2Encoder:
@@ -55,6 +104,8 @@ class BLIP2Encoder:
     ):
         self.vision_model = vision_model.eval()
         self.text_model = text_model.eval()
+        use_packed_linears(self.vision_model)  # the Q-Former's and projections' products (the ViT: FastBlip2Vision)
+        use_packed_linears(self.text_model)
         self.tokenizer = tokenizer
         self.name = name
         self.dim = vision_model.config.image_text_hidden_size
@@ -63,6 +114,25 @@ class BLIP2Encoder:
         self.image_mean, self.image_std = tuple(image_mean), tuple(image_std)
         self.empty_text = empty_text
         self.batch_size = check_positive_int(batch_size, "batch_size")
+        # On CPU in fp32 the ViT runs `FastBlip2Vision` (same features, less work); False: transformers' forward.
+        self.fast_cpu_vision = True
+        self._fast_vision = FastEncoderSlot(FastBlip2Vision.build)
+
+    def image_embeds(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """`Blip2VisionModelWithProjection(pixel_values).image_embeds`: `[B, 32, dim]`, the ViT on the fast path
+        where it applies (CPU, fp32, no gradients)."""
+        model = self.vision_model
+        fast = None
+        if self.fast_cpu_vision and not model.training and not torch.is_grad_enabled():
+            fast = self._fast_vision.get(model.vision_model)
+        if fast is None:
+            return model(pixel_values=pixel_values).image_embeds
+        # The rest of Blip2VisionModelWithProjection.forward: the Q-Former's queries read every image position.
+        image = fast(pixel_values)
+        mask = torch.ones(image.shape[:-1], dtype=torch.long, device=image.device)
+        queries = model.query_tokens.expand(image.shape[0], -1, -1)
+        embeds = model.qformer(query_embeds=queries, encoder_hidden_states=image, encoder_attention_mask=mask)[0]
+        return nn.functional.normalize(model.vision_projection(embeds.to(model.vision_projection.weight.dtype)), dim=-1)
 
     @classmethod
     def from_pretrained(
@@ -86,7 +156,7 @@ class BLIP2Encoder:
                 images[rows], item_indices[rows], self.image_size, self.image_mean, self.image_std
             )
             pixels = pixels.to(self.vision_model.device, self.vision_model.dtype)
-            return self.vision_model(pixel_values=pixels).image_embeds
+            return self.image_embeds(pixels)
 
         return batched_features(len(images), self.batch_size, encode, (self.tokens, self.dim))
 

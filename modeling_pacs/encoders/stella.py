@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
+from ..models.fast_clip import use_packed_linears
 from ..models.inputs import ImageInput, check_positive_int
 from .base import EMPTY_TEXT, batched_features, replace_empty, tokenize
 
@@ -107,6 +108,8 @@ class StellaEncoder:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.projection = projection.eval()
+        use_packed_linears(self.model)  # oneDNN's packed kernels in inference on CPU (fast_clip)
+        use_packed_linears(self.projection)
         self.name = name
         self.dim = projection.out_features
         self.empty_text = empty_text

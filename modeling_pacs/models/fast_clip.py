@@ -28,6 +28,10 @@ torch.Size([64, 512])
 ```
 """
 
+import copy
+from contextlib import contextmanager
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,8 +44,9 @@ logger = logging.get_logger(__name__)
 QUICK_GELU_SCALE = 1.702
 # transformers' activation name -> (torch function applied after the first MLP matrix, scale folded into that matrix).
 # torch's own `silu` / `gelu`, not oneDNN's fused post-ops: those approximate exp/erf differently and moved scores
-# by up to 1.04e-6 from transformers' path in one benchmark run (7.9e-7 with torch's).
-ACTIVATIONS = {"quick_gelu": (F.silu, QUICK_GELU_SCALE), "gelu": (F.gelu, 1.0)}
+# by up to 1.04e-6 from transformers' path in one benchmark run (7.9e-7 with torch's). In place, on the matrix
+# product's fresh output: no second MLP-wide temporary to allocate and fault in.
+ACTIVATIONS = {"quick_gelu": (partial(F.silu, inplace=True), QUICK_GELU_SCALE), "gelu": (torch.ops.aten.gelu_, 1.0)}
 
 
 def packed_linear_available() -> bool:
@@ -66,21 +71,141 @@ class PackedLinear:
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
-class FastLayer:
-    """One `CLIPEncoderLayer` (pre-norm attention and MLP, residuals) on packed matrices."""
+class PackedLinearForward:
+    """The `forward` of one `nn.Linear` (see `use_packed_linears`): oneDNN's packed kernel on CPU in fp32 without
+    gradients, `F.linear` otherwise. The packed copy is rebuilt when the weight or bias is replaced or changed."""
 
-    def __init__(self, layer: nn.Module, activation: str):
+    enabled = True  # False: every instance runs F.linear (`plain_linears()`)
+
+    def __init__(self, linear: nn.Linear):
+        self.linear = linear
+        self.stamp: tuple | None = None
+        self.packed: PackedLinear | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.linear.weight, self.linear.bias
+        if (
+            not PackedLinearForward.enabled
+            or torch.is_grad_enabled()
+            or weight.device.type != "cpu"
+            or weight.dtype != torch.float32
+            or x.dtype != torch.float32
+        ):
+            return F.linear(x, weight, bias)
+        stamp = (weight.data_ptr(), weight._version, None if bias is None else (bias.data_ptr(), bias._version))
+        if stamp != self.stamp:
+            self.stamp, self.packed = stamp, PackedLinear(weight, bias)
+        return self.packed(x)
+
+    def __deepcopy__(self, memo) -> "PackedLinearForward":
+        return PackedLinearForward(copy.deepcopy(self.linear, memo))  # packed oneDNN tensors cannot be copied
+
+    def __reduce__(self):
+        return (PackedLinearForward, (self.linear,))
+
+
+def use_packed_linears(module: nn.Module) -> int:
+    """Run every plain `nn.Linear` of `module` on packed oneDNN matrices in inference on CPU in fp32 (MKL, behind
+    `F.linear`, runs AVX2 code on AMD CPUs; oneDNN AVX-512). For encoders whose forward is not ours (BEiT-3, Stella,
+    BLIP-2's Q-Former): the weights are packed on first use, a second copy. Returns the number of layers."""
+    if not packed_linear_available():
+        return 0
+    linears = [layer for layer in module.modules() if type(layer) is nn.Linear]
+    for linear in linears:
+        if not isinstance(linear.__dict__.get("forward"), PackedLinearForward):
+            linear.forward = PackedLinearForward(linear)
+    return len(linears)
+
+
+@contextmanager
+def plain_linears():
+    """Inside the block, layers set up by `use_packed_linears` run `F.linear` (to compare, or to count FLOPs)."""
+    PackedLinearForward.enabled = False
+    try:
+        yield
+    finally:
+        PackedLinearForward.enabled = True
+
+
+class PackedReLULinear(PackedLinear):
+    """`relu(x @ weight.T + bias)`, the ReLU fused into the oneDNN kernel (exact: it only clamps)."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "relu", [], "")
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class PackedTanhHead:
+    """Linear + tanh blocks, a last Linear and a sigmoid (the heads of Polos and Pearl) on packed matrices, with
+    torch's own `tanh` and `sigmoid`: `[N, in] -> [N, 1]`."""
+
+    def __init__(self, linears: list[nn.Linear]):
+        self.linears = [PackedLinear(linear.weight, linear.bias) for linear in linears]
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        for linear in self.linears[:-1]:
+            hidden = torch.tanh(linear(hidden))
+        return torch.sigmoid(self.linears[-1](hidden))
+
+
+class PackedTokens:
+    """Where the real tokens of a right-padded `[batch, length]` batch sit, for layers that run on them alone:
+    `index` of each in the flattened batch, the `sentence` it belongs to, and the rows of each sentence's `first` and
+    `last` token in the packed `[tokens, width]` matrix."""
+
+    def __init__(self, lengths: list[int]):
+        self.batch, self.length = len(lengths), max(lengths)
+        self.lengths = torch.tensor(lengths)
+        self.mask = torch.arange(self.length)[None, :] < self.lengths[:, None]
+        self.index = self.mask.flatten().nonzero().squeeze(1)
+        self.sentence = torch.repeat_interleave(torch.arange(self.batch), self.lengths)
+        self.first = torch.cumsum(self.lengths, 0) - self.lengths
+        self.last = self.first + self.lengths - 1
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """`[batch, length or more, W]` -> `[tokens, W]`."""
+        return padded[:, : self.length].reshape(self.batch * self.length, -1)[self.index]
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """`[tokens, W]` -> `[batch, length, W]`, zeros on padding."""
+        padded = packed.new_zeros(self.batch * self.length, packed.shape[-1])
+        padded[self.index] = packed
+        return padded.view(self.batch, self.length, -1)
+
+
+class FastLayer:
+    """One pre-norm transformer layer (attention and MLP, residuals) on packed matrices: `CLIPEncoderLayer`, and
+    BLIP-2's vision layer (`from_parts`)."""
+
+    def __init__(self, qkv, out, fc1, fc2, activation, norm1: nn.Module, norm2: nn.Module, heads: int, scale: float):
+        self.qkv, self.out, self.fc1, self.fc2, self.activation = qkv, out, fc1, fc2, activation
+        self.norm1, self.norm2 = norm1, norm2
+        self.heads, self.scale = heads, scale
+
+    @classmethod
+    def from_clip(cls, layer: nn.Module, activation: str) -> "FastLayer":
         attention, mlp = layer.self_attn, layer.mlp
         scale = ACTIVATIONS[activation][1]
         weight = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
         bias = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
-        self.qkv = PackedLinear(weight, bias)
-        self.out = PackedLinear(attention.out_proj.weight, attention.out_proj.bias)
-        self.fc1 = PackedLinear(mlp.fc1.weight * scale, mlp.fc1.bias * scale)
-        self.fc2 = PackedLinear(mlp.fc2.weight / scale, mlp.fc2.bias)
-        self.activation = ACTIVATIONS[activation][0]
-        self.norm1, self.norm2 = layer.layer_norm1, layer.layer_norm2
-        self.heads, self.scale = attention.num_heads, attention.scale
+        return cls(
+            PackedLinear(weight, bias),
+            PackedLinear(attention.out_proj.weight, attention.out_proj.bias),
+            PackedLinear(mlp.fc1.weight * scale, mlp.fc1.bias * scale),
+            PackedLinear(mlp.fc2.weight / scale, mlp.fc2.bias),
+            ACTIVATIONS[activation][0],
+            layer.layer_norm1,
+            layer.layer_norm2,
+            attention.num_heads,
+            attention.scale,
+        )
+
+    @classmethod
+    def from_parts(cls, qkv, out, fc1, fc2, activation: str, norm1, norm2, heads: int, scale: float) -> "FastLayer":
+        """A layer whose q, k and v are already one `nn.Linear` (BLIP-2's vision layers); `activation` "gelu"."""
+        packed = [PackedLinear(linear.weight, linear.bias) for linear in (qkv, out, fc1, fc2)]
+        return cls(*packed, ACTIVATIONS[activation][0], norm1, norm2, heads, scale)
 
     def __call__(self, hidden: torch.Tensor, causal: bool, pooled: torch.Tensor | None = None) -> torch.Tensor:
         """`[B, T, D]` -> `[B, T, D]`; with `pooled` (`[B]` positions), only those positions: `[B, 1, D]`."""
@@ -99,6 +224,24 @@ class FastLayer:
             attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scale)
             attended = attended.transpose(1, 2).reshape(batch, 1, width)
             hidden = hidden[rows, pooled].unsqueeze(1)
+        hidden = hidden + self.out(attended)
+        return hidden + self.fc2(self.activation(self.fc1(self.norm2(hidden))))
+
+    def causal_packed(self, hidden: torch.Tensor, tokens: PackedTokens, last: bool = False) -> torch.Tensor:
+        """A causal layer on real tokens only: `[tokens, D]` -> `[tokens, D]`; with `last`, each sentence's last
+        token only: `[B, D]`. The padding after a sentence is never attended (causal), so it is never computed."""
+        width = hidden.shape[-1]
+        qkv = tokens.unpack(self.qkv(self.norm1(hidden))).view(tokens.batch, tokens.length, 3, self.heads, -1)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4)
+        if last:
+            query = query[torch.arange(tokens.batch), :, tokens.lengths - 1].unsqueeze(2)
+            mask = tokens.mask[:, None, None, :]
+            attended = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=self.scale)
+            attended = attended.reshape(tokens.batch, width)
+            hidden = hidden[tokens.last]
+        else:
+            attended = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=self.scale)
+            attended = tokens.pack(attended.transpose(1, 2))
         hidden = hidden + self.out(attended)
         return hidden + self.fc2(self.activation(self.fc1(self.norm2(hidden))))
 
@@ -122,8 +265,9 @@ class FastCLIPEncoders:
     def __init__(self, clip: nn.Module, vision_activation: str, text_activation: str):
         self.clip = clip
         with torch.no_grad():
-            self.vision_layers = [FastLayer(layer, vision_activation) for layer in clip.vision_model.encoder.layers]
-            self.text_layers = [FastLayer(layer, text_activation) for layer in clip.text_model.encoder.layers]
+            vision_layers, text_layers = clip.vision_model.encoder.layers, clip.text_model.encoder.layers
+            self.vision_layers = [FastLayer.from_clip(layer, vision_activation) for layer in vision_layers]
+            self.text_layers = [FastLayer.from_clip(layer, text_activation) for layer in text_layers]
 
     @classmethod
     def build(cls, clip: nn.Module) -> "FastCLIPEncoders | None":
@@ -153,9 +297,13 @@ class FastCLIPEncoders:
     def encode_texts(self, input_ids: torch.Tensor) -> torch.Tensor:
         """`text_projection(final_layer_norm(end-of-text token))`, as `CLIPModel.get_text_features`."""
         text = self.clip.text_model
-        hidden = text.embeddings(input_ids=input_ids)
-        hidden = self.run_layers(self.text_layers, hidden, causal=True, pooled=end_of_text_positions(text, input_ids))
-        return self.clip.text_projection(text.final_layer_norm(hidden[:, 0]))
+        # Positions after the end-of-text token never reach it (causal attention): the layers skip them.
+        tokens = PackedTokens((end_of_text_positions(text, input_ids) + 1).tolist())
+        hidden = tokens.pack(text.embeddings(input_ids=input_ids))
+        for layer in self.text_layers[:-1]:
+            hidden = layer.causal_packed(hidden, tokens)
+        hidden = self.text_layers[-1].causal_packed(hidden, tokens, last=True)
+        return self.clip.text_projection(text.final_layer_norm(hidden))
 
     @staticmethod
     def run_layers(layers: list[FastLayer], hidden: torch.Tensor, causal: bool, pooled: torch.Tensor) -> torch.Tensor:
@@ -167,27 +315,29 @@ class FastCLIPEncoders:
 class FastEncoderSlot:
     """The fast encoders built for a model's current weights, rebuilt when a weight is replaced or changed in place.
 
-    Copies and pickles of the slot start empty: packed oneDNN tensors cannot be copied (`copy.deepcopy(model)`).
+    `build(module)` makes them (default: `FastCLIPEncoders.build`; None where the path does not apply). Copies and
+    pickles of the slot start empty: packed oneDNN tensors cannot be copied (`copy.deepcopy(model)`).
     """
 
-    def __init__(self):
+    def __init__(self, build=None):
+        self.build = build or FastCLIPEncoders.build
         self.stamp: tuple | None = None
-        self.encoders: FastCLIPEncoders | None = None
+        self.encoders = None
 
-    def get(self, clip: nn.Module) -> "FastCLIPEncoders | None":
-        stamp = model_weights_stamp(clip)
+    def get(self, module: nn.Module):
+        stamp = model_weights_stamp(module)
         if self.stamp != stamp:
-            self.stamp, self.encoders = stamp, FastCLIPEncoders.build(clip)
+            self.stamp, self.encoders = stamp, self.build(module)
         return self.encoders
 
     def clear(self):
         self.stamp = self.encoders = None
 
     def __deepcopy__(self, memo) -> "FastEncoderSlot":
-        return FastEncoderSlot()
+        return FastEncoderSlot(self.build)
 
     def __reduce__(self):
-        return (FastEncoderSlot, ())
+        return (FastEncoderSlot, (self.build,))
 
 
 def end_of_text_positions(text_model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
@@ -199,4 +349,16 @@ def end_of_text_positions(text_model: nn.Module, input_ids: torch.Tensor) -> tor
     return (ids == text_model.eos_token_id).int().argmax(dim=-1)
 
 
-__all__ = ["FastCLIPEncoders", "FastEncoderSlot", "PackedLinear", "end_of_text_positions", "packed_linear_available"]
+__all__ = [
+    "FastCLIPEncoders",
+    "FastEncoderSlot",
+    "PackedLinear",
+    "PackedLinearForward",
+    "PackedReLULinear",
+    "PackedTokens",
+    "PackedTanhHead",
+    "end_of_text_positions",
+    "packed_linear_available",
+    "plain_linears",
+    "use_packed_linears",
+]

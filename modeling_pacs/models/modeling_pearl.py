@@ -18,6 +18,8 @@ from transformers.utils import ModelOutput
 
 from .artifacts import check_model_directory, explain_load_errors
 from .configuration_pearl import PearlConfig
+from .fast_clip import FastEncoderSlot
+from .fast_pearl import FastPearlHead
 from .scoring import fuse_pearl_scores, pearl_huber_loss
 
 
@@ -124,8 +126,16 @@ class PearlARSM(nn.Module):
 
     def forward(self, u: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """`u`, `c`: `[N, input_dim]` -> `[N, 2 * feature_dim]`."""
-        u, c = self.match_dim(u), self.match_dim(c)
-        return torch.cat([self.adapter(self.diff_net(u, c)), self.adapter(self.hadamard_net(u, c))], dim=-1)
+        if self.training or self.input_projection is not None:
+            u, c = self.match_dim(u), self.match_dim(c)
+            hadamard = self.hadamard_net(u, c)  # training: BatchNorm statistics include the padded coordinates
+        else:
+            # Eval mode: a zero-padded coordinate gives HadamardNet's f(0, 0), so it runs on the real ones only.
+            real = self.hadamard_net(u, c)
+            padding_value = self.hadamard_net(u.new_zeros(1, 1), c.new_zeros(1, 1))
+            hadamard = torch.cat([real, padding_value.expand(real.shape[0], self.feature_dim - real.shape[1])], 1)
+            u, c = self.match_dim(u), self.match_dim(c)
+        return torch.cat([self.adapter(self.diff_net(u, c)), self.adapter(hadamard)], dim=-1)
 
 
 class PearlVSS(nn.Module):
@@ -222,6 +232,9 @@ class PearlModel(PearlPreTrainedModel):
         self.vss = PearlVSS(config)
         self.image_head = build_head(config)
         self.reference_head = build_head(config)
+        # On CPU in fp32, eval mode without gradients, the head runs `fast_pearl` (same scores, less work).
+        self.fast_cpu_head = True
+        self._fast_head = FastEncoderSlot(FastPearlHead.build)
         self.post_init()
 
     @classmethod
@@ -231,8 +244,17 @@ class PearlModel(PearlPreTrainedModel):
         with explain_load_errors(pretrained_model_name_or_path):
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
 
-    def image_tokens(self, candidate_features: dict, image_features: dict) -> torch.Tensor:
-        """Img-GEM sequence `[B, sum(tokens), token_dim]`: each image token paired with the candidate feature."""
+    def fast_head(self) -> FastPearlHead | None:
+        """The packed path of `fast_pearl` for the current weights, or None where it does not apply
+        (`fast_cpu_head=False`, training mode, gradients enabled, not fp32 on CPU). Rebuilt when a weight changes."""
+        if not self.fast_cpu_head or self.training or torch.is_grad_enabled():
+            return None
+        return self._fast_head.get(self)
+
+    def image_tokens(self, candidate_features: dict, image_features: dict, arsms=None) -> torch.Tensor:
+        """Img-GEM sequence `[B, sum(tokens), token_dim]`: each image token paired with the candidate feature.
+        `arsms`: the ARSMs to run (default: the modules; `fast_head().image_arsms` on the fast path)."""
+        arsms = self.image_arsms if arsms is None else arsms
         tokens = []
         for encoder in self.config.image_encoders:
             name = encoder["name"]
@@ -241,18 +263,19 @@ class PearlModel(PearlPreTrainedModel):
                 image = image.unsqueeze(1)
             batch, count, dim = image.shape
             candidate = candidate_features[name].unsqueeze(1).expand(batch, count, dim)
-            pair_tokens = self.image_arsms[name](image.reshape(-1, dim), candidate.reshape(-1, dim))
+            pair_tokens = arsms[name](image.reshape(-1, dim), candidate.reshape(-1, dim))
             tokens.append(pair_tokens.view(batch, count, -1))
         return torch.cat(tokens, dim=1)
 
-    def reference_tokens(self, candidate_features: dict, reference_features: dict, rows, slots) -> torch.Tensor:
+    def reference_tokens(
+        self, candidate_features: dict, reference_features: dict, rows, slots, arsms=None
+    ) -> torch.Tensor:
         """Ref-GEM sequences `[N, num_ref_encoders, token_dim]` for the valid (row, slot) pairs only."""
+        arsms = self.reference_arsms if arsms is None else arsms
         tokens = []
         for encoder in self.config.reference_encoders:
             name = encoder["name"]
-            tokens.append(
-                self.reference_arsms[name](reference_features[name][rows, slots], candidate_features[name][rows])
-            )
+            tokens.append(arsms[name](reference_features[name][rows, slots], candidate_features[name][rows]))
         return torch.stack(tokens, dim=1)
 
     def check_features(self, candidate_features: dict, image_features: dict, reference_features: dict | None):
@@ -292,7 +315,9 @@ class PearlModel(PearlPreTrainedModel):
             labels: `[B]` human scores in [0, 1]; gives `loss`.
         """
         self.check_features(candidate_features, image_features, reference_features)
-        img_score = self.image_head(self.vss(self.image_tokens(candidate_features, image_features))).squeeze(-1)
+        parts = self.fast_head() or self
+        tokens = self.image_tokens(candidate_features, image_features, parts.image_arsms)
+        img_score = parts.image_head(parts.vss(tokens)).squeeze(-1)
         batch = img_score.shape[0]
         if reference_features is None or not self.config.reference_encoders:
             reference_mask = torch.zeros(batch, 1, dtype=torch.bool, device=img_score.device)
@@ -308,8 +333,8 @@ class PearlModel(PearlPreTrainedModel):
         ref_scores = torch.zeros(reference_mask.shape, dtype=img_score.dtype, device=img_score.device)
         rows, slots = reference_mask.nonzero(as_tuple=True)
         if rows.numel():
-            tokens = self.reference_tokens(candidate_features, reference_features, rows, slots)
-            ref_scores = ref_scores.index_put((rows, slots), self.reference_head(self.vss(tokens)).squeeze(-1))
+            tokens = self.reference_tokens(candidate_features, reference_features, rows, slots, parts.reference_arsms)
+            ref_scores = ref_scores.index_put((rows, slots), parts.reference_head(parts.vss(tokens)).squeeze(-1))
         score, ref_score, has_refs = fuse_pearl_scores(img_score, ref_scores, reference_mask, self.config.lambda_img)
         loss = None
         if labels is not None:

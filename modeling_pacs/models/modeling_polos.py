@@ -29,6 +29,8 @@ from transformers.utils import ModelOutput, logging
 from .artifacts import check_model_directory, explain_load_errors
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
+from .fast_clip import FastEncoderSlot
+from .fast_polos import FastPolosHead, FastRoberta
 from .inputs import (
     ImageInput,
     check_captions,
@@ -39,7 +41,16 @@ from .inputs import (
     image_key,
 )
 from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
-from .scoring import max_by_owner, mean_or_nan, polos_features, polos_head, scalar_mix
+from .scoring import (
+    SentenceStatistics,
+    max_by_owner,
+    mean_or_nan,
+    polos_features,
+    polos_head,
+    scalar_mix,
+    scalar_mix_first_position,
+    sentence_statistics,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -85,12 +96,19 @@ class PolosScalarMix(nn.Module):
         self.dropout = dropout
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+        return scalar_mix(hidden_states, attention_mask, self.mixing_weights(), self.gamma[0], groups)
+
+    def first_position(self, statistics: SentenceStatistics, groups: torch.Tensor) -> torch.Tensor:
+        """`forward(...)[:, 0]` from the sentences' statistics (`scoring.scalar_mix_first_position`)."""
+        return scalar_mix_first_position(statistics, self.mixing_weights(), self.gamma[0], groups)
+
+    def mixing_weights(self) -> torch.Tensor:
         weights = self.layer_weights
         if self.training and self.dropout:
             # Each layer is dropped with probability `dropout`, afresh at every call (the official layer dropout).
             dropped = torch.rand_like(weights) < self.dropout
             weights = torch.where(dropped, torch.full_like(weights, DROPPED_LAYER_WEIGHT), weights)
-        return scalar_mix(hidden_states, attention_mask, weights, self.gamma[0], groups)
+        return weights
 
 
 class PolosHead(nn.Module):
@@ -157,6 +175,11 @@ class PolosModel(PolosPreTrainedModel):
         self.scalar_mix = PolosScalarMix(config.num_mixed_layers, config.scalar_mix_dropout)
         self.head = PolosHead(config.feature_size, config.hidden_sizes, config.dropout)
         self.text_tokenizer = None
+        # On CPU in fp32, in eval mode without gradients, RoBERTa and the head run `fast_polos` (same scores, less
+        # work; the CLIP side follows `clip_encoder.fast_cpu_encoders`). False: transformers' forward.
+        self.fast_cpu_encoders = True
+        self._fast_text_encoder = FastEncoderSlot(FastRoberta.build)
+        self._fast_head = FastEncoderSlot(FastPolosHead.build)
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -236,16 +259,38 @@ class PolosModel(PolosPreTrainedModel):
         )
         return torch.stack(outputs.hidden_states), attention_mask.to(self.device)
 
+    def fast_text_encoder(self) -> FastRoberta | None:
+        """`fast_polos`'s RoBERTa for the current weights, or None where it does not apply (`fast_cpu_encoders` off,
+        training mode, gradients enabled, not fp32 on CPU)."""
+        if not self.fast_cpu_encoders or self.text_encoder.training or torch.is_grad_enabled():
+            return None
+        return self._fast_text_encoder.get(self.text_encoder)
+
+    def fast_head(self) -> FastPolosHead | None:
+        """`fast_polos`'s head for the current weights, or None where it does not apply (as `fast_text_encoder`)."""
+        if not self.fast_cpu_encoders or self.head.training or torch.is_grad_enabled():
+            return None
+        return self._fast_head.get(self.head)
+
+    def sentence_statistics(self, token_ids: list[list[int]]) -> SentenceStatistics:
+        """What the ScalarMix needs of each sentence (`scoring.SentenceStatistics`), from one RoBERTa call."""
+        fast = self.fast_text_encoder()
+        if fast is None:
+            return sentence_statistics(*self.text_hidden_states(token_ids))
+        lengths = [len(ids) for ids in token_ids]
+        input_ids = torch.full((len(token_ids), max(lengths)), self.config.text_config.pad_token_id, dtype=torch.long)
+        for row, ids in enumerate(token_ids):
+            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return fast.statistics(input_ids, lengths)
+
     def sentence_embeddings(self, token_ids: list[list[int]], groups: list[int]) -> torch.Tensor:
-        """The mixed CLS embedding of each sentence; sentences of one group share the ScalarMix statistics and are
-        encoded in one call, as one official RoBERTa call normalises its whole batch together."""
+        """The mixed CLS embedding of each sentence; sentences of one group share the ScalarMix statistics, as one
+        official RoBERTa call normalises its whole batch together."""
         if not token_ids:
             return torch.zeros(0, self.config.text_config.hidden_size, device=self.device)
         group_tensor = torch.tensor(groups, dtype=torch.long)
         _, local_groups = torch.unique(group_tensor, return_inverse=True)
-        hidden_states, attention_mask = self.text_hidden_states(token_ids)
-        mixed = self.scalar_mix(hidden_states, attention_mask, local_groups.to(self.device))
-        return mixed[:, 0, :]
+        return self.scalar_mix.first_position(self.sentence_statistics(token_ids), local_groups.to(self.device))
 
     def encode_sentences(
         self, token_ids: list[list[int]], batch_size: int = 64, progress: bool | None = None
@@ -270,7 +315,8 @@ class PolosModel(PolosPreTrainedModel):
     ) -> torch.Tensor:
         """Head score of each aligned (candidate, reference) row, in (0, 1)."""
         features = polos_features(reference_text, candidate_text, image, candidate_clip, reference_clip)
-        return self.head(features.to(self.device, self.head.layers[0].weight.dtype)).float()
+        head = self.fast_head() or self.head
+        return head(features.to(self.device, self.head.layers[0].weight.dtype)).float()
 
     # ------------------------------------------------------------------------------------------------ scoring
     def score(
@@ -371,12 +417,18 @@ class PolosModel(PolosPreTrainedModel):
         with torch.inference_mode():
             for start in self.clip_encoder.progress_bar(chunks, "encoding chunks", num_items, progress):
                 items = range(start, min(start + batch_size, num_items))
-                positions_per_group = [list(items)]
+                positions = list(items)
                 for index in range(len(references[start])):
-                    positions_per_group.append([reference_start[item] + index for item in items])
-                for positions in positions_per_group:
-                    group_ids = [token_ids[position] for position in positions]
-                    embeds[positions] = self.sentence_embeddings(group_ids, [0] * len(positions)).float().cpu()
+                    positions += [reference_start[item] + index for item in items]
+                # RoBERTa runs once per distinct sentence of the chunk; only the statistics are shared by groups.
+                distinct, slots = {}, []
+                for position in positions:
+                    slots.append(distinct.setdefault(tuple(token_ids[position]), len(distinct)))
+                statistics = self.sentence_statistics([list(ids) for ids in distinct]).select(
+                    torch.tensor(slots, device=self.device)
+                )
+                groups = torch.arange(len(positions)) // len(items)  # the candidates, then each reference index
+                embeds[positions] = self.scalar_mix.first_position(statistics, groups.to(self.device)).float().cpu()
         return embeds
 
 

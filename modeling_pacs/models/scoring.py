@@ -98,6 +98,56 @@ def scalar_mix(
     return gamma * (weights[:, None, None, None] * normed).sum(dim=0)
 
 
+class SentenceStatistics(NamedTuple):
+    """What the ScalarMix needs of each sentence's hidden states, per layer (`L` layers, `N` sentences, width `D`).
+
+    tokens: `[N]` real tokens. sums: `[L, N]` sum over the real tokens and features. squares: `[L, N]` sum of squared
+    deviations from the sentence's own mean. first: `[L, N, D]` the first position (the CLS token Polos reads).
+    """
+
+    tokens: torch.Tensor
+    sums: torch.Tensor
+    squares: torch.Tensor
+    first: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> "SentenceStatistics":
+        """The statistics of sentences `index` (repeats allowed), in that order."""
+        return SentenceStatistics(self.tokens[index], self.sums[:, index], self.squares[:, index], self.first[:, index])
+
+
+def sentence_statistics(hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> SentenceStatistics:
+    """[`SentenceStatistics`] of `[L, B, T, D]` right-padded hidden states with their `[B, T]` mask (as `scalar_mix`
+    computes them for a sentence alone)."""
+    hidden_states = hidden_states.float()
+    mask = attention_mask.to(hidden_states.dtype)
+    tokens = mask.sum(dim=1)
+    masked = hidden_states * mask[None, :, :, None]
+    sums = masked.sum(dim=(2, 3))
+    mean = (sums / (tokens * hidden_states.shape[-1]))[:, :, None, None]
+    squares = (((masked - mean) * mask[None, :, :, None]) ** 2).sum(dim=(2, 3))
+    return SentenceStatistics(tokens, sums, squares, hidden_states[:, :, 0])
+
+
+def scalar_mix_first_position(
+    statistics: SentenceStatistics, layer_weights: torch.Tensor, gamma: torch.Tensor, groups: torch.Tensor
+) -> torch.Tensor:
+    """`scalar_mix(...)[:, 0]` from per-sentence statistics: `[N, D]`, each sentence normalised with its group's
+    mean and standard deviation. A group's squared deviations combine its sentences' own (Chan et al.'s pairwise
+    update, exact in real arithmetic); for a sentence alone the result is `scalar_mix`'s, operation for operation."""
+    tokens, sums, squares, first = statistics
+    width = first.shape[-1]
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    count = torch.zeros(num_groups, dtype=sums.dtype, device=sums.device).index_add(0, groups, tokens) * width
+    zeros = torch.zeros(sums.shape[0], num_groups, dtype=sums.dtype, device=sums.device)
+    mean = zeros.index_add(1, groups, sums) / count
+    sentence_mean = mean[:, groups]
+    squares = squares + tokens * width * (sums / (tokens * width) - sentence_mean) ** 2
+    variance = zeros.index_add(1, groups, squares) / count
+    normed = (first - sentence_mean[:, :, None]) / torch.sqrt(variance[:, groups][:, :, None] + 1e-12)
+    weights = torch.softmax(layer_weights.float(), dim=0)
+    return gamma * (weights[:, None, None] * normed).sum(dim=0)
+
+
 def polos_features(
     reference_text: torch.Tensor,
     candidate_text: torch.Tensor,
@@ -349,6 +399,7 @@ def mean_or_nan(values: torch.Tensor) -> float:
 __all__ = [
     "mean_or_nan",
     "IDFTable",
+    "SentenceStatistics",
     "VideoMatchScores",
     "coarse_fine_score",
     "coarse_video_embedding",
@@ -369,5 +420,7 @@ __all__ = [
     "reference_free_score",
     "reference_video_scores",
     "scalar_mix",
+    "scalar_mix_first_position",
+    "sentence_statistics",
     "video_scores",
 ]
