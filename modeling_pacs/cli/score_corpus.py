@@ -23,10 +23,12 @@ Examples:
 import argparse
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from modeling_pacs.caption_files import resolve_image
+from modeling_pacs.cli.arguments import add_long_captions_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
     CorpusError,
     csv_rows,
@@ -47,6 +49,7 @@ from modeling_pacs.jobs import (
     path_fingerprint,
 )
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
 
 logger = logging.getLogger("score_corpus")
@@ -109,6 +112,7 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             image_batch_size=args.batch_size,
             text_batch_size=4 * args.batch_size,
             progress=False,
+            **long_captions_options(model, args.long_captions),
         )
     except (OSError, ValueError, TypeError) as error:
         raise SystemExit(
@@ -121,6 +125,8 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         result = {"row": first_row + offset, free_name: float(output.scores[offset])}
         if output.ref_scores is not None:
             result[ref_name] = float(output.ref_scores[offset])
+        if getattr(output, "truncated_tokens", None) is not None:
+            result["truncated_tokens"] = int(output.truncated_tokens[offset])
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
     return results
@@ -145,6 +151,8 @@ def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
         "caption_column": args.caption_column,
         "references_column": args.references_column,
         "keep_columns": args.keep_columns,
+        # Only a non-default mode is pinned, so runs started before the option existed still resume.
+        **({"long_captions": args.long_captions} if args.long_captions != "truncate" else {}),
     }
 
 
@@ -172,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=64, help="images per encoder batch (texts: 4x)")
     parser.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
     parser.add_argument("--cpu", action="store_true", help="score on CPU; CPU processes join through gloo")
+    add_long_captions_argument(parser)
     return parser
 
 
@@ -186,6 +195,8 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> dict | None:
+    # The run reports the number of truncated captions once, at the end, instead of a warning per shard.
+    warnings.filterwarnings("ignore", message=r"some .* are longer than the text encoder")
     if args.shard_size < 1:
         raise SystemExit("--shard-size must be at least 1")
     if args.batch_size < 1:
@@ -218,6 +229,11 @@ def run(args: argparse.Namespace) -> dict | None:
     summary = merge_shards(job, reader.num_rows, args.model, model.config.score_names)
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    if summary.get("num_truncated"):
+        print(
+            f"warning: {summary['num_truncated']} of {summary['num_items']} captions were longer than the text "
+            f"encoder's context and were truncated (truncated_tokens in scores.jsonl): {TRUNCATION_FIX}"
+        )
     print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")
     return summary
 
