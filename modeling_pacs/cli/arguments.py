@@ -49,15 +49,13 @@ def add_long_captions_argument(parser: argparse.ArgumentParser):
 
 
 def long_captions_options(model, mode: str) -> dict:
-    """The `long_captions` keyword for `model.score` / `score_videos`: only PAC-S-family models read it."""
-    if hasattr(model, "split_long_captions"):
-        return {"long_captions": mode}
-    if mode != "truncate":
-        raise SystemExit(
-            f"--long-captions {mode} applies to CLIP-S, PAC-S, PAC-S++ and SigLIP models, not to "
-            f"{type(model).__name__}: leave it out"
-        )
-    return {}
+    """The `long_captions` keyword for `score` / `score_videos`; a `SystemExit` for models that only truncate."""
+    from ..loading import long_captions_keyword
+
+    try:
+        return long_captions_keyword(model, mode)
+    except ValueError as error:
+        raise SystemExit(f"--long-captions: {error}") from None
 
 
 def report_truncation(items: list[dict], output, what: str = "captions") -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
+from ..loading import long_captions_keyword
 from ..models.inputs import check_positive_int
 from .benchmark import Benchmark
 
@@ -75,8 +76,11 @@ def score_image_items(
     image_batch_size: int = 64,
     text_batch_size: int = 256,
     progress: bool | None = None,
+    long_captions: str = "truncate",
 ) -> tuple[dict[str, dict[str, float]], EncodingCounts]:
-    """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none)."""
+    """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none).
+
+    `long_captions` is `PACSModel.score`'s: `"chunks"` reads captions past the context in pieces."""
     for name, value in (("chunk_size", chunk_size), ("image_batch_size", image_batch_size)):
         check_positive_int(value, name)
     check_positive_int(text_batch_size, "text_batch_size")
@@ -99,6 +103,7 @@ def score_image_items(
                 image_batch_size=image_batch_size,
                 text_batch_size=text_batch_size,
                 progress=progress,
+                **long_captions_keyword(model, long_captions),
             )
             # Polos is reference-based only: its one column is `score` (no `ref_scores`).
             ref_scores = getattr(output, "ref_scores", None)
@@ -123,7 +128,9 @@ def score_image_items(
     return {column: values for column, values in scores.items() if values}, counts
 
 
-def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict[str, dict[str, float]]:
+def score_video_items(
+    model, benchmark: Benchmark, batch_size: int = 64, long_captions: str = "truncate"
+) -> dict[str, dict[str, float]]:
     """Video benchmarks through `PACSModel.score_videos` (SPEC §2): `score` is Eq. 13, `ref_score` Eq. 14."""
     check_positive_int(batch_size, "batch_size")
     missing = sorted({item["video"] for item in benchmark.items if not Path(item["video"]).is_file()})
@@ -136,6 +143,8 @@ def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict
         )
     items = benchmark.items
     if benchmark.name == "activitynet_foil":
+        if long_captions != "truncate":
+            raise ValueError("--long-captions chunks does not apply to activitynet_foil (it scores segment captions)")
         return score_segments(model, items, benchmark.options.get("idf_corpus"), batch_size)
     output = model.score_videos(
         [item["video"] for item in items],
@@ -144,6 +153,7 @@ def score_video_items(model, benchmark: Benchmark, batch_size: int = 64) -> dict
         num_frames=benchmark.options.get("num_frames"),
         idf=benchmark.options.get("idf_corpus") or True,
         batch_size=batch_size,
+        **long_captions_keyword(model, long_captions),
     )
     return {
         "score": {item["id"]: float(value) for item, value in zip(items, output.video_scores)},

@@ -13,7 +13,7 @@ import numpy as np
 import PIL.Image
 import torch
 
-from modeling_pacs.loading import load_model
+from modeling_pacs.loading import load_model, long_captions_keyword
 from modeling_pacs.metric_module.video import check_video_batch, compute_video_results
 from modeling_pacs.models.inputs import check_captions, check_long_captions, check_references, describe_image
 from modeling_pacs.models.modeling_pacs import PACSModel
@@ -291,14 +291,7 @@ class PACSPlusPlus(evaluate.Metric):
 
     def long_captions_options(self) -> dict:
         """The `long_captions` keyword for the engine: PAC-S-family models read it; others only truncate."""
-        if hasattr(self.engine, "split_long_captions"):
-            return {"long_captions": self.long_captions}
-        if self.long_captions != "truncate":
-            raise ValueError(
-                f"long_captions={self.long_captions!r} applies to CLIP-S, PAC-S, PAC-S++ and SigLIP models, not to "
-                f"{type(self.engine).__name__}: leave it out"
-            )
-        return {}
+        return long_captions_keyword(self.engine, self.long_captions)
 
 
 def truncation_results(output) -> dict:
