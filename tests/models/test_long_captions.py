@@ -286,3 +286,40 @@ def test_video_truncation_is_counted(clip_model):
     with pytest.warns(LongCaptionWarning):
         output = clip_model.score_videos(frames, [LONG, SHORT], idf=False)
     assert output.truncated_tokens.tolist() == [int(clip_model.truncated_tokens([LONG], prompt_prefix="")[0]), 0]
+
+
+# ------------------------------------------------------------------------------------------------ the docs' example
+def test_the_worked_example_of_the_docs_shows_the_mechanism():
+    """examples/long_captions.py (docs/guides/long-captions.md): truncation cannot see the last sentence, the chunk
+    mode's score is the token-weighted mean of the printed piece scores, and both captions share their first pieces."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, str(root / "examples" / "long_captions.py")],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = result.stdout
+    truncate = re.search(r"truncate \(official\)\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)", printed)
+    assert truncate and truncate.group(1) == truncate.group(2) and truncate.group(3) == "+0.0000"
+    aggregated = [float(value) for value in re.findall(r"token-weighted mean ([\d.]+)", printed)]
+    chunks = re.search(r"chunks \(token-weighted\)\s+([\d.]+)\s+([\d.]+)", printed)
+    assert [float(chunks.group(1)), float(chunks.group(2))] == pytest.approx(aggregated, abs=2e-4)
+    pieces = re.findall(r"piece (\d): '(.*?)' +(\d+) new tokens \(weight ([\d.]+)\) CLIP-S ([\d.]+)", printed)
+    assert len(pieces) == 6
+    for shared in (0, 1):  # the two captions differ in their last sentence only: the first two pieces are equal
+        ending = shared + 3
+        assert (pieces[shared][1], pieces[shared][4]) == (pieces[ending][1], pieces[ending][4])
+    for first in (0, 3):
+        weights = np.array([float(piece[3]) for piece in pieces[first : first + 3]])
+        scores = np.array([float(piece[4]) for piece in pieces[first : first + 3]])
+        assert float(weights @ scores) == pytest.approx(aggregated[first // 3], abs=2e-3)
