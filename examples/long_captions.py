@@ -34,8 +34,8 @@ LONG_CLIP_CONTEXT = 248
 
 
 def stretch_positions(table: torch.Tensor, keep: int = 20, ratio: int = 4) -> torch.Tensor:
-    """Long-CLIP's knowledge-preserved stretching (Zhang et al., 2024, Sec. 3.1): the first `keep` positions are
-    kept, the others are interpolated `ratio` times, which turns CLIP's 77 positions into 248."""
+    """Long-CLIP's knowledge-preserved stretching (Zhang et al., 2024; `load_from_clip` in their code): the first
+    `keep` positions are kept, the others interpolated `ratio` times (the last extrapolated): 77 positions -> 248."""
     last = table.shape[0] - 1
     rows = [table[:keep]]
     for position in range(keep, last):
