@@ -800,3 +800,18 @@ def test_public_space_hides_why_a_local_models_clip_is_missing(app, space_models
 
 def test_uploads_are_deleted_after_an_hour(app):
     assert app.build_demo(tiny=True, public=True).delete_cache == (3600, 3600)
+
+
+@pytest.mark.filterwarnings("ignore:some .* are longer than the text encoder")
+def test_truncated_captions_are_noted_under_the_result(app):
+    model = make_tiny_model(variant="clip_s", seed=2)
+    long_caption = " ".join(f"Part {index} shows a red circle on a plain white background." for index in range(9))
+    request = app.ScoreRequest(
+        image=PIL.Image.new("RGB", (8, 8)), captions=["a red circle", long_caption], references=[]
+    )
+    models = app.ScoringModels(clip_s=None, pac_s=model)
+    table = app.score_request(request, models)
+    summary = app.summary_text(table, models, random_weights=True)
+    assert "1 caption(s) are longer than the text encoder's context (77 tokens for CLIP) and were truncated" in summary
+    short = app.score_request(app.ScoreRequest(request.image, ["a red circle"], []), models)
+    assert "truncated" not in app.summary_text(short, models, random_weights=True)
