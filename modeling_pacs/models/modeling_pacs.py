@@ -573,7 +573,8 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             long_captions: `"truncate"` (the official behaviour: the encoder reads the first `max_text_length`
                 tokens; `truncated_tokens` says how many it dropped and a warning names the fix) or `"chunks"`:
                 captions and references longer than the context are read in pieces and their scores combined by a
-                token-weighted mean (identical scores for captions that fit; docs/guides/long-captions.md).
+                token-weighted mean (docs/guides/long-captions.md). Captions that fit keep their `"truncate"`
+                scores: bit for bit when nothing in the call is split, else within fp32 rounding (other batches).
 
         Returns:
             [`PACSScoreOutput`] with per-item scores and their corpus means.
