@@ -137,3 +137,14 @@ def test_cli_reports_truncation_and_reads_long_captions_in_chunks(
         assert "warning: 1 of 6 captions" in printed and "--long-captions chunks" in printed
     else:
         assert items[0]["truncated_tokens"] == 0 and "warning" not in printed
+
+
+def test_models_that_only_truncate_refuse_the_chunk_mode_by_name():
+    from modeling_pacs.cli.arguments import long_captions_options
+
+    class PolosModel:  # stands for Polos and Pearl: no split_long_captions
+        pass
+
+    assert long_captions_options(PolosModel(), "truncate") == {}
+    with pytest.raises(SystemExit, match="--long-captions: long captions mode 'chunks' applies to CLIP-S.*PolosModel"):
+        long_captions_options(PolosModel(), "chunks")
