@@ -6,6 +6,7 @@ length so padding stays small) and scoring (through the pure functions of `scori
 
 import json
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -26,7 +27,9 @@ from .backbones import (
 from .configuration_pacs import PACSConfig
 from .fast_clip import FastCLIPEncoders, FastEncoderSlot
 from .inputs import (
+    TRUNCATION_FIX,
     ImageInput,
+    LongCaptionWarning,
     check_captions,
     check_long_captions,
     check_media_count,
@@ -47,7 +50,7 @@ from .scoring import (
     reference_free_score,
     token_weighted_mean,
 )
-from .video_scoring import VideoScoringMixin, warn_truncation
+from .video_scoring import VideoScoringMixin
 
 logger = logging.get_logger(__name__)
 
@@ -133,6 +136,18 @@ class CaptionSplit:
         self.texts.append(text)
         self.owner.append(owner)
         self.new_tokens.append(new_tokens)
+
+
+def warn_truncation(truncated: torch.Tensor, context_length: int, what: str = "captions"):
+    """Warn, naming the fix, when a caption was truncated (`truncated`: tokens dropped per item). The text is the same
+    on every call, so Python shows it once per line that calls `score` / `score_videos`: a loop warns once."""
+    if bool((truncated > 0).any()):
+        warnings.warn(
+            f"some {what} are longer than the text encoder's {context_length}-token context and were truncated "
+            f"(`truncated_tokens` counts the dropped tokens of each item): {TRUNCATION_FIX}",
+            LongCaptionWarning,
+            stacklevel=4,
+        )
 
 
 def missing_weights_message(name_or_path: str) -> str:
@@ -601,17 +616,27 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         output = self.score_truncated(images, candidates, references, image_batch_size, text_batch_size, progress)
         if candidate_split is not None:  # every caption fits: the scores above are the chunk mode's
             output.truncated_tokens = torch.tensor(candidate_split.dropped_tokens, dtype=torch.long)
+            if reference_splits is not None:
+                output.truncated_reference_tokens = torch.tensor(
+                    [sum(split.dropped_tokens) for split in reference_splits], dtype=torch.long
+                )
             return output
-        output.truncated_tokens = self.truncated_tokens(candidates)
-        warn_truncation(output.truncated_tokens, self.config.max_text_length)
-        if references is not None:
-            per_reference = self.truncated_tokens([reference for item in references for reference in item])
-            owner = torch.tensor([item for item, refs in enumerate(references) for _ in refs], dtype=torch.long)
-            output.truncated_reference_tokens = torch.zeros(len(candidates), dtype=torch.long).index_add(
-                0, owner, per_reference
-            )
-            warn_truncation(per_reference, self.config.max_text_length, "references")
+        output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(candidates, references)
         return output
+
+    def count_truncation(
+        self, candidates: list[str], references: list[list[str]] | None, prompt_prefix: str | None = None
+    ) -> tuple[torch.LongTensor, torch.LongTensor | None]:
+        """Tokens each candidate loses to truncation, and those its references lose (summed per item; `None`
+        without references); one `LongCaptionWarning` naming the fix for each kind of text that lost any."""
+        truncated = self.truncated_tokens(candidates, prompt_prefix)
+        warn_truncation(truncated, self.config.max_text_length)
+        if references is None:
+            return truncated, None
+        per_reference = self.truncated_tokens([text for item in references for text in item], prompt_prefix)
+        warn_truncation(per_reference, self.config.max_text_length, "references")
+        owner = torch.tensor([item for item, texts in enumerate(references) for _ in texts], dtype=torch.long)
+        return truncated, torch.zeros(len(candidates), dtype=torch.long).index_add(0, owner, per_reference)
 
     def score_in_pieces(
         self,

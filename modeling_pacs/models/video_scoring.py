@@ -8,7 +8,6 @@ are the lower-level API: encode a video's frames once and score captions against
 
 import itertools
 import os
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from transformers.utils import ModelOutput, logging
 
 from .backbones import embedding_dim, image_preprocessor
 from .inputs import (
-    TRUNCATION_FIX,
-    LongCaptionWarning,
     check_captions,
     check_long_captions,
     check_media_count,
@@ -51,18 +48,6 @@ from .video import (
 )
 
 logger = logging.get_logger(__name__)
-
-
-def warn_truncation(truncated: torch.Tensor, context_length: int, what: str = "captions"):
-    """Warn, naming the fix, when a caption was truncated (`truncated`: tokens dropped per item). The text is the same
-    on every call, so Python shows it once per process and calling line: a loop over batches warns once."""
-    if bool((truncated > 0).any()):
-        warnings.warn(
-            f"some {what} are longer than the text encoder's {context_length}-token context and were truncated "
-            f"(`truncated_tokens` counts the dropped tokens of each item): {TRUNCATION_FIX}",
-            LongCaptionWarning,
-            stacklevel=3,
-        )
 
 
 @dataclass
@@ -306,15 +291,9 @@ class VideoScoringMixin:
         output = self.score_videos_truncated(
             videos, candidates, references, num_frames, table, batch_size, text_batch_size, progress
         )
-        output.truncated_tokens = self.truncated_tokens(candidates, prompt_prefix="")
-        warn_truncation(output.truncated_tokens, self.config.max_text_length)
-        if references is not None:
-            per_reference = self.truncated_tokens([text for item in references for text in item], prompt_prefix="")
-            owner = torch.tensor([item for item, refs in enumerate(references) for _ in refs], dtype=torch.long)
-            output.truncated_reference_tokens = torch.zeros(len(candidates), dtype=torch.long).index_add(
-                0, owner, per_reference
-            )
-            warn_truncation(per_reference, self.config.max_text_length, "references")
+        output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(
+            candidates, references, prompt_prefix=""
+        )
         return output
 
     def score_videos_truncated(

@@ -96,8 +96,11 @@ def test_truncated_tokens_equal_the_tokenizers_own_count(model, images):
     prepared = model.prepare_texts(captions)
     expected = [max(0, len(ids) - model.config.max_text_length) for ids in model.tokenizer(prepared)["input_ids"]]
     assert expected[0] == 0 and expected[1] > 50
-    with pytest.warns(LongCaptionWarning, match=r"some captions are longer .*long_captions='chunks'.*Long-CLIP"):
+    with pytest.warns(
+        LongCaptionWarning, match=r"some captions are longer .*long_captions='chunks'.*Long-CLIP"
+    ) as caught:
         output = model.score(images, captions)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
     assert output.truncated_tokens.tolist() == expected
     assert output.num_pieces.tolist() == [1, 1, 1, 1]
 
@@ -283,8 +286,9 @@ def test_video_captions_that_fit_score_the_same_in_both_modes(clip_model):
 
 def test_video_truncation_is_counted(clip_model):
     frames = [torch.randn(3, 32), torch.randn(3, 32)]
-    with pytest.warns(LongCaptionWarning):
+    with pytest.warns(LongCaptionWarning) as caught:
         output = clip_model.score_videos(frames, [LONG, SHORT], idf=False)
+    assert caught[0].filename == __file__
     assert output.truncated_tokens.tolist() == [int(clip_model.truncated_tokens([LONG], prompt_prefix="")[0]), 0]
 
 
