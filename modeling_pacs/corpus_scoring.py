@@ -136,9 +136,12 @@ def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: t
     """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums)."""
     sums = dict.fromkeys(score_names, 0.0)
     counts = dict.fromkeys(score_names, 0)
+    truncated = 0
 
     def merged_lines() -> Iterator[str]:
+        nonlocal truncated
         for result in job.merged_rows(num_rows, job.read_jsonl_shard):
+            truncated += result.get("truncated_tokens", 0) > 0
             for name in score_names:
                 if name in result:
                     sums[name] += result[name]
@@ -147,7 +150,13 @@ def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: t
 
     write_text_atomically(job.output_dir / "scores.jsonl", merged_lines())
     means = {name: sums[name] / counts[name] for name in score_names if counts[name]}
-    summary = {"model": model_name, "num_items": num_rows, "num_shards": job.num_shards(num_rows), "mean": means}
+    summary = {
+        "model": model_name,
+        "num_items": num_rows,
+        "num_shards": job.num_shards(num_rows),
+        "mean": means,
+        "num_truncated": truncated,  # rows whose caption the text encoder truncated
+    }
     write_text_atomically(job.output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
     return summary

@@ -66,4 +66,17 @@ def _load_pearl(name_or_path: str, device: str | None, dtype: str | None):
     return PearlScorer.from_pretrained(name_or_path, device=str(resolve_device(device)))
 
 
-__all__ = ["DEFAULT_MODEL", "DTYPES", "PRETRAINED_MODELS", "load_model", "resolve_device"]
+def long_captions_keyword(model, mode: str) -> dict:
+    """`{"long_captions": mode}` for `model.score` / `score_videos` of PAC-S-family models (CLIP-S, PAC-S, PAC-S++,
+    SigLIP, Long-CLIP); Polos and Pearl only truncate, so asking them for another mode is a `ValueError`."""
+    if hasattr(model, "split_long_captions"):
+        return {"long_captions": mode}
+    if mode != "truncate":
+        raise ValueError(
+            f"long captions mode {mode!r} applies to CLIP-S, PAC-S, PAC-S++ and SigLIP models, not to "
+            f"{type(model).__name__}: leave it out"
+        )
+    return {}
+
+
+__all__ = ["DEFAULT_MODEL", "DTYPES", "PRETRAINED_MODELS", "load_model", "long_captions_keyword", "resolve_device"]

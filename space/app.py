@@ -418,6 +418,8 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     table = table.sort_values(ranked_by, ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     table.attrs["ranked_by"] = ranked_by
+    truncated = getattr(pac_s_output, "truncated_tokens", None)
+    table.attrs["truncated"] = 0 if truncated is None else int((truncated > 0).sum())
     return table
 
 
@@ -470,6 +472,12 @@ def summary_text(table: pd.DataFrame, models: ScoringModels, random_weights: boo
     lines = [f"“{best['caption']}”", f"{ranked_by} {best[ranked_by]:.4f} (ranked by {ranked_by})"]
     if models.clip_s_unavailable_reason:
         lines.append(f"CLIP-S is not shown: {models.clip_s_unavailable_reason}")
+    if table.attrs.get("truncated"):
+        lines.append(
+            f"{table.attrs['truncated']} caption(s) are longer than the text encoder's context (77 tokens for CLIP) "
+            "and were truncated: their scores read only the first tokens (the pacs-pp library reads them whole "
+            "with long_captions='chunks', or use a Long-CLIP model)."
+        )
     if random_weights:
         lines.append("Tiny model with random weights: these numbers are meaningless.")
     return "\n".join(lines)

@@ -40,6 +40,48 @@ def add_device_arguments(parser: argparse.ArgumentParser, dtype_help: str = DTYP
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="fp32", help=dtype_help)
 
 
+LONG_CAPTIONS_HELP = (
+    "captions longer than the text encoder's context (77 tokens for CLIP): 'truncate' reads the first tokens, as the "
+    "official code does; 'chunks' reads every token, in pieces whose scores are averaged by tokens "
+    "(docs/guides/long-captions.md)"
+)
+
+
+def add_long_captions_argument(parser: argparse.ArgumentParser):
+    """`--long-captions {truncate,chunks}` (default truncate), as every CLIP-based scoring command has it."""
+    parser.add_argument("--long-captions", choices=("truncate", "chunks"), default="truncate", help=LONG_CAPTIONS_HELP)
+
+
+def long_captions_options(model, mode: str) -> dict:
+    """The `long_captions` keyword for `score` / `score_videos`; a `SystemExit` for models that only truncate."""
+    from ..loading import long_captions_keyword
+
+    try:
+        return long_captions_keyword(model, mode)
+    except ValueError as error:
+        raise SystemExit(f"--long-captions: {error}") from None
+
+
+def report_truncation(items: list[dict], output, what: str = "captions") -> int:
+    """Add each item's `truncated_tokens` and print, once, how many captions were truncated and the fix."""
+    from ..models.inputs import TRUNCATION_FIX
+
+    truncated = getattr(output, "truncated_tokens", None)
+    if truncated is None:
+        return 0
+    for item, count in zip(items, truncated.tolist(), strict=True):
+        item["truncated_tokens"] = count
+    reference_counts = getattr(output, "truncated_reference_tokens", None)
+    count = int((truncated > 0).sum())
+    with_references = 0 if reference_counts is None else int((reference_counts > 0).sum())
+    if count or with_references:
+        print(
+            f"warning: {count} of {len(items)} {what} (and the references of {with_references} items) were longer "
+            f"than the text encoder's context and were truncated (column truncated_tokens): {TRUNCATION_FIX}"
+        )
+    return count
+
+
 def docstring_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
     """A parser whose description is the docstring's first paragraph and whose epilog (examples included) is the
     rest, printed as written."""
@@ -76,8 +118,11 @@ __all__ = [
     "DTYPE_CHOICES",
     "add_device_arguments",
     "add_example",
+    "add_long_captions_argument",
     "docstring_parser",
     "exits_on_missing_extra",
+    "long_captions_options",
+    "report_truncation",
     "positive_float",
     "positive_int",
 ]

@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--text-batch-size", type=int, default=256)
     parser.add_argument("--video-batch-size", type=int, default=16)
     parser.add_argument("--chunk-size", type=int, default=16384, help="items per cached chunk (resume granularity)")
+    parser.add_argument(
+        "--long-captions",
+        nargs="+",
+        choices=["truncate", "chunks"],
+        default=["truncate"],
+        help="how each --model reads captions past its context: 'truncate' (official), 'chunks' (in pieces; "
+        "docs/guides/long-captions.md), or both for one row each (e.g. DetailCaps: --long-captions truncate chunks)",
+    )
     protocol = parser.add_argument_group("protocol variants (defaults: the official code)")
     protocol.add_argument(
         "--official-rounding",
@@ -210,6 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
         overwrite=args.overwrite,
         resume=args.resume,
         progress=False if args.quiet else None,
+        long_captions=list(dict.fromkeys(args.long_captions)),
     )
     try:
         results = run(config, options)

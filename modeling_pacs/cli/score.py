@@ -10,7 +10,15 @@ from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, 
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from ..output_paths import check_output_file
-from .arguments import add_device_arguments, add_example, exits_on_missing_extra, positive_int
+from .arguments import (
+    add_device_arguments,
+    add_example,
+    add_long_captions_argument,
+    exits_on_missing_extra,
+    long_captions_options,
+    positive_int,
+    report_truncation,
+)
 from .video import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
@@ -37,9 +45,12 @@ SCORE_EPILOG += VIDEO_EPILOG
 
 def quiet_libraries(verbose: bool):
     """Keep the libraries' developer notes (deprecations, loading reports) off a user's terminal."""
+    import warnings
+
+    # The command prints its own count of truncated captions (`report_truncation`).
+    warnings.filterwarnings("ignore", message=r"some .* are longer than the text encoder")
     if verbose:
         return
-    import warnings
 
     import transformers
 
@@ -89,6 +100,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
     )
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     add_device_arguments(parser)
+    add_long_captions_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
         "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"
@@ -129,6 +141,7 @@ def run_score(args: argparse.Namespace) -> dict:
         image_batch_size=args.batch_size,
         text_batch_size=4 * args.batch_size,
         progress=False if args.no_progress else None,
+        **long_captions_options(model, args.long_captions),
     )
     free_name, ref_name = model.config.score_names
     names = [free_name]
@@ -140,6 +153,9 @@ def run_score(args: argparse.Namespace) -> dict:
         means[ref_name] = output.mean_ref_score
         for item, score in zip(items, output.ref_scores.tolist()):
             item[ref_name] = score
+    report_truncation(items, output)
+    if getattr(output, "truncated_tokens", None) is not None:
+        names.append("truncated_tokens")
     if args.output:
         suffix = args.output.suffix.lower()
         text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)

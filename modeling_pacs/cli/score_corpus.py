@@ -26,10 +26,12 @@ Examples:
 import argparse
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from modeling_pacs.caption_files import resolve_image
+from modeling_pacs.cli.arguments import add_long_captions_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
     CorpusError,
     csv_rows,
@@ -53,6 +55,7 @@ from modeling_pacs.jobs import (
     path_fingerprint,
 )
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
 
 from .arguments import add_example, exits_on_missing_extra
@@ -118,6 +121,7 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             image_batch_size=args.batch_size,
             text_batch_size=4 * args.batch_size,
             progress=False,
+            **long_captions_options(model, args.long_captions),
         )
     except (OSError, ValueError, TypeError) as error:
         raise SystemExit(
@@ -130,6 +134,8 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         result = {"row": first_row + offset, free_name: float(output.scores[offset])}
         if output.ref_scores is not None:
             result[ref_name] = float(output.ref_scores[offset])
+        if getattr(output, "truncated_tokens", None) is not None:
+            result["truncated_tokens"] = int(output.truncated_tokens[offset])
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
     return results
@@ -154,6 +160,8 @@ def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
         "caption_column": args.caption_column,
         "references_column": args.references_column,
         "keep_columns": args.keep_columns,
+        # Only a non-default mode is pinned, so runs started before the option existed still resume.
+        **({"long_captions": args.long_captions} if args.long_captions != "truncate" else {}),
     }
 
 
@@ -194,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="no progress (default: a bar with rows/s and ETA on a terminal; in logs, a line every few seconds)",
     )
+    add_long_captions_argument(parser)
     add_example(parser, "python scripts/score_corpus.py captions.jsonl --output-dir scores/")
     return parser
 
@@ -210,6 +219,8 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> dict | None:
+    # The run reports the number of truncated captions once, at the end, instead of a warning per shard.
+    warnings.filterwarnings("ignore", message=r"some .* are longer than the text encoder")
     if args.shard_size < 1:
         raise SystemExit("--shard-size must be at least 1")
     if args.batch_size < 1:
@@ -248,6 +259,11 @@ def run(args: argparse.Namespace) -> dict | None:
     summary = merge_shards(job, reader.num_rows, args.model, model.config.score_names)
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    if summary.get("num_truncated"):
+        print(
+            f"warning: {summary['num_truncated']} of {summary['num_items']} captions were longer than the text "
+            f"encoder's context and were truncated (truncated_tokens in scores.jsonl): {TRUNCATION_FIX}"
+        )
     print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")
     return summary
 

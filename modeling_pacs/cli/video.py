@@ -11,7 +11,7 @@ from pathlib import Path
 from ..caption_files import format_results
 from ..jobs import write_text_atomically
 from ..models.video import VIDEO_EXTENSIONS
-from .arguments import positive_int
+from .arguments import long_captions_options, positive_int, report_truncation
 
 VIDEO_EPILOG = """
 videos:
@@ -97,6 +97,7 @@ def score_video_items(model, items: list[dict], args: argparse.Namespace, with_r
         batch_size=args.batch_size,
         text_batch_size=4 * args.batch_size,
         progress=False if args.no_progress else None,
+        **long_captions_options(model, args.long_captions),
     )
     free_name, ref_name = model.config.score_names
     columns = {
@@ -121,7 +122,8 @@ def score_video_items(model, items: list[dict], args: argparse.Namespace, with_r
         for item, value in zip(items, values.tolist(), strict=True):
             item[name] = value
         means[name] = float(values.mean())
-    return list(columns), means
+    report_truncation(items, output, "video captions")
+    return [*columns, "truncated_tokens"], means
 
 
 __all__ = ["VIDEO_EPILOG", "add_video_arguments", "is_video_run", "run_video_score", "score_video_items"]

@@ -1,6 +1,7 @@
 """Run benchmarks end to end: load the original files, score them with models or read external scores, apply the
 protocols and collect the report (what `scripts/evaluate_benchmarks.py` calls)."""
 
+import itertools
 import json
 import logging
 import math
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from ..caption_files import read_json_lines
 from ..jobs import write_text_atomically
+from ..models.inputs import check_long_captions
 from ..output_paths import check_output_directory
 from . import BENCHMARKS, load_benchmark
 from .benchmark import Benchmark, BenchmarkOptions, checksum, parse_named
@@ -48,6 +50,8 @@ class HarnessConfig:
     overwrite: bool = False
     resume: bool = False
     progress: bool | None = None
+    # One row per model and mode: "truncate" (the official behaviour) and/or "chunks" (docs/guides/long-captions.md).
+    long_captions: list[str] = field(default_factory=lambda: ["truncate"])
 
     def check(self):
         for name in ("image_batch_size", "text_batch_size", "video_batch_size", "chunk_size"):
@@ -56,6 +60,10 @@ class HarnessConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.w is not None and not (math.isfinite(self.w) and self.w > 0):
             raise ValueError(f"--w must be a finite number > 0, got {self.w}")
+        for mode in self.long_captions:
+            check_long_captions(mode)
+        if not self.long_captions:
+            raise ValueError("--long-captions needs at least one of truncate, chunks")
         if not (self.models or self.scores or self.dump_items or self.captions):
             raise ValueError("nothing to do: pass --model, --scores, --dump-items or --captions")
         if self.video_features is not None:
@@ -174,15 +182,22 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
     plots = {}
     for benchmark in benchmarks:
         rows = []
-        for name, model in models.items():
+        for (name, model), mode in itertools.product(models.items(), config.long_captions):
             started = time.perf_counter()
+            row_name = name if mode == "truncate" else f"{name} ({mode})"
             if benchmark.modality == "video":
                 columns = score_video_items(
-                    model, benchmark, config.video_batch_size, config.video_features, model_name=name
+                    model,
+                    benchmark,
+                    config.video_batch_size,
+                    config.video_features,
+                    model_name=name,
+                    long_captions=mode,
                 )
                 counts = None
             else:
-                cache = config.output / "cache" / benchmark.name / model_label(name) if config.output else None
+                label = model_label(name) + ("" if mode == "truncate" else f"--{mode}")
+                cache = config.output / "cache" / benchmark.name / label if config.output else None
                 columns, counts = score_image_items(
                     model,
                     benchmark.items,
@@ -191,11 +206,12 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                     config.image_batch_size,
                     config.text_batch_size,
                     config.progress,
+                    mode,
                 )
             seconds = time.perf_counter() - started
             run_record = {
                 "benchmark": benchmark.name,
-                "model": name,
+                "model": row_name,
                 "items": len(benchmark.items),
                 "seconds": seconds,
                 "items_per_second": len(benchmark.items) / seconds if seconds > 0 else None,
@@ -207,7 +223,7 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
             results["runs"].append(run_record)
             w = getattr(model.config, "w", None)  # Polos and Pearl have no w
             meta = {"source": "model", "w": w, "dtype": str(model.dtype).replace("torch.", "")}
-            rows += evaluate_columns(benchmark, name, columns, meta)
+            rows += evaluate_columns(benchmark, row_name, columns, meta)
         for name, path, columns in external:
             rows += evaluate_columns(benchmark, name, columns, {"source": str(path), "sha256": checksum(path)})
         title = BENCHMARKS[benchmark.name][0]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
+from ..loading import long_captions_keyword
 from ..models.inputs import check_positive_int
 from .benchmark import Benchmark
 
@@ -79,8 +80,11 @@ def score_image_items(
     image_batch_size: int = 64,
     text_batch_size: int = 256,
     progress: bool | None = None,
+    long_captions: str = "truncate",
 ) -> tuple[dict[str, dict[str, float]], EncodingCounts]:
-    """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none)."""
+    """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none).
+
+    `long_captions` is `PACSModel.score`'s: `"chunks"` reads captions past the context in pieces."""
     for name, value in (("chunk_size", chunk_size), ("image_batch_size", image_batch_size)):
         check_positive_int(value, name)
     check_positive_int(text_batch_size, "text_batch_size")
@@ -103,6 +107,7 @@ def score_image_items(
                 image_batch_size=image_batch_size,
                 text_batch_size=text_batch_size,
                 progress=progress,
+                **long_captions_keyword(model, long_captions),
             )
             # Polos is reference-based only: its one column is `score` (no `ref_scores`).
             ref_scores = getattr(output, "ref_scores", None)
@@ -193,10 +198,11 @@ def score_video_items(
     batch_size: int = 64,
     video_features: Path | None = None,
     model_name: str = "the model",
+    long_captions: str = "truncate",
 ) -> dict[str, dict[str, float]]:
     """Video benchmarks through `PACSModel.score_videos` (docs/spec/pacs.md#video): `score` is Eq. 13, `ref_score`
     Eq. 14. With `video_features` (a folder of EMScore's released `<video_id>.pt`), the frame embeddings come from
-    those files instead of the videos (CLIP-S only)."""
+    those files instead of the videos (CLIP-S only). `long_captions`: as for `score_image_items`."""
     check_positive_int(batch_size, "batch_size")
     if not hasattr(model, "score_videos"):
         raise RuntimeError(
@@ -220,6 +226,8 @@ def score_video_items(
                 "released features with --video-features for the CLIP-S rows)"
             )
     if benchmark.name == "activitynet_foil":
+        if long_captions != "truncate":
+            raise ValueError("--long-captions chunks does not apply to activitynet_foil (it scores segment captions)")
         return score_segments(model, items, benchmark.options.get("idf_corpus"), batch_size, features)
     output = model.score_videos(
         [item["video"] if features is None else features[item["video_id"]] for item in items],
@@ -228,6 +236,7 @@ def score_video_items(
         num_frames=benchmark.options.get("num_frames"),
         idf=benchmark.options.get("idf_corpus") or True,
         batch_size=batch_size,
+        **long_captions_keyword(model, long_captions),
     )
     return {
         "score": {item["id"]: float(value) for item, value in zip(items, output.video_scores)},

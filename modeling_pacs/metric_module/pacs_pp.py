@@ -18,9 +18,15 @@ import numpy as np
 import PIL.Image
 import torch
 
-from modeling_pacs.loading import load_model
+from modeling_pacs.loading import load_model, long_captions_keyword
 from modeling_pacs.metric_module.video import check_video_batch, compute_video_results
-from modeling_pacs.models.inputs import check_captions, check_references, describe_image, image_source
+from modeling_pacs.models.inputs import (
+    check_captions,
+    check_long_captions,
+    check_references,
+    describe_image,
+    image_source,
+)
 from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.pacs.model_card import CITATION
 from modeling_pacs.variants import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
@@ -58,6 +64,9 @@ Returns:
     score (`float`): corpus score, the mean of `scores`.
     scores (`list` of `float`): the score of each prediction.
     ref_metric, ref_score, ref_scores: the same for the reference-based score ("RefPAC-S++", ...), with references.
+    truncated_tokens (`list` of `int`): the tokens of each prediction the text encoder did not read (0 when it fits
+        the 77-token context); num_truncated (`int`): how many predictions lost tokens. Load the module with
+        `long_captions="chunks"` to read long captions in pieces (docs/guides/long-captions.md).
 Videos: pass `videos=` instead of `images=` (files, frame folders, lists of images, (T, H, W, C) arrays or (T, D)
     frame embeddings) and optionally `num_frames=` and `idf=` to `compute`: the EMScore-style video metric (Eq. 13;
     Eq. 14 as `ref_scores` with references), with per-prediction `precision`, `recall`, `f` and `coarse`.
@@ -65,7 +74,7 @@ Examples:
     >>> pacs = evaluate.load("pacs_pp", model="tiny")  # random weights: real runs use the default model
     >>> results = pacs.compute(predictions=["a red circle"], images=["examples/images/red_circle.png"])
     >>> sorted(results)
-    ['metric', 'score', 'scores']
+    ['metric', 'num_truncated', 'score', 'scores', 'truncated_tokens']
 """
 
 # Short config names (`variants.SHORT_NAMES`) pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
@@ -105,6 +114,7 @@ class PACSPlusPlus(evaluate.Metric):
             already loaded `PACSModel`.
         device, dtype: as in `modeling_pacs.loading.load_model` (`"cuda"`, `"fp16"`, ...).
         image_batch_size, text_batch_size, progress: passed to `PACSModel.score`.
+        long_captions: `"truncate"` (default, the official behaviour) or `"chunks"` (`PACSModel.score`).
     """
 
     def __init__(
@@ -116,6 +126,7 @@ class PACSPlusPlus(evaluate.Metric):
         image_batch_size: int = 64,
         text_batch_size: int = 256,
         progress: bool | None = None,
+        long_captions: str = "truncate",
         **kwargs,
     ):
         self.model_alias, self.requires_references = parse_config_name(config_name or "default")
@@ -125,6 +136,7 @@ class PACSPlusPlus(evaluate.Metric):
         self.image_batch_size = image_batch_size
         self.text_batch_size = text_batch_size
         self.progress = progress
+        self.long_captions = check_long_captions(long_captions)
         self.engine = model if isinstance(model, PACSModel) else None
         self.in_memory_images = []
         self.input_kind = None
@@ -312,7 +324,7 @@ class PACSPlusPlus(evaluate.Metric):
                 references,
                 bool(with_references),
                 options,
-                {**settings, "progress": self.progress},
+                {**settings, "progress": self.progress, **self.long_captions_options()},
             )
         if options:
             raise ValueError(f"unexpected options {sorted(options)}: num_frames= and idf= apply to videos= only")
@@ -323,9 +335,22 @@ class PACSPlusPlus(evaluate.Metric):
             image_batch_size=self.image_batch_size,
             text_batch_size=self.text_batch_size,
             progress=self.progress,
+            **self.long_captions_options(),
         )
         free_name, ref_name = self.engine.config.score_names
         results = {"metric": free_name, "score": output.mean_score, "scores": output.scores.tolist()}
         if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
             results.update(ref_metric=ref_name, ref_score=output.mean_ref_score, ref_scores=output.ref_scores.tolist())
-        return results
+        return {**results, **truncation_results(output)}
+
+    def long_captions_options(self) -> dict:
+        """The `long_captions` keyword for the engine: PAC-S-family models read it; others only truncate."""
+        return long_captions_keyword(self.engine, self.long_captions)
+
+
+def truncation_results(output) -> dict:
+    """`truncated_tokens` per prediction and `num_truncated`, where the engine reports them."""
+    truncated = getattr(output, "truncated_tokens", None)
+    if truncated is None:
+        return {}
+    return {"truncated_tokens": truncated.tolist(), "num_truncated": int((truncated > 0).sum())}

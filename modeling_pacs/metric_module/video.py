@@ -46,6 +46,7 @@ def compute_video_results(engine, predictions, videos, references, with_referenc
         batch_size=settings["batch_size"],
         text_batch_size=settings["text_batch_size"],
         progress=settings["progress"],
+        **({"long_captions": settings["long_captions"]} if "long_captions" in settings else {}),
     )
     free_name, ref_name = engine.config.score_names
     results = {
@@ -67,6 +68,8 @@ def compute_video_results(engine, predictions, videos, references, with_referenc
             reference_f=output.reference_f.tolist(),
             reference_coarse=output.reference_coarse.tolist(),
         )
+    results["truncated_tokens"] = output.truncated_tokens.tolist()
+    results["num_truncated"] = int((output.truncated_tokens > 0).sum())
     return results
 
 

@@ -11,12 +11,13 @@ import html
 import importlib.util
 import io
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import PIL.Image
@@ -120,6 +121,88 @@ def clean_text(text: str) -> str:
 def prepare_caption(caption: str, prompt_prefix: str) -> str:
     """Whitespace-normalise, prepend the prompt prefix, and clean as the original tokenizer does."""
     return clean_text(prompt_prefix + " ".join(caption.split()))
+
+
+# ------------------------------------------------------------------------------------------------ long captions
+# How captions longer than the text encoder's context are read (docs/guides/long-captions.md): "truncate" reads the
+# first tokens only, as the official code does; "chunks" reads every token, in pieces that each fit.
+LONG_CAPTION_MODES = ("truncate", "chunks")
+# A word ending a sentence: . ! or ? possibly followed by closing quotes or brackets.
+SENTENCE_END = re.compile(r"[.!?][\"'\u201d\u2019)\]]*$")
+TRUNCATION_FIX = (
+    "score them in pieces with long_captions='chunks' (command line: --long-captions chunks), or use a Long-CLIP "
+    "model (pacs-pp convert-longclip, 248 tokens)"
+)
+
+
+class LongCaptionWarning(UserWarning):
+    """A caption or reference was longer than the text encoder's context and was truncated."""
+
+
+def check_long_captions(mode: Any) -> str:
+    """`mode` if it is one of `LONG_CAPTION_MODES`, else a `ValueError` naming them."""
+    if mode not in LONG_CAPTION_MODES:
+        raise ValueError(
+            f"long_captions must be one of {list(LONG_CAPTION_MODES)}, got {mode!r}: 'truncate' reads the first "
+            "tokens as the official code does, 'chunks' reads every token in pieces (docs/guides/long-captions.md)"
+        )
+    return mode
+
+
+def sentence_starts(words: Sequence[str]) -> list[bool]:
+    """For each whitespace word, whether a sentence begins with it (the first word, or one after . ! or ?)."""
+    return [index == 0 or bool(SENTENCE_END.search(words[index - 1])) for index in range(len(words))]
+
+
+class CaptionPiece(NamedTuple):
+    """One piece of a long caption: it is read from word `first_word` on, truncated to the context like any caption
+    (`end_word` is the first word it cannot reach), and brings `new_tokens` tokens that no earlier piece read."""
+
+    first_word: int
+    end_word: int
+    new_tokens: int
+
+
+def plan_caption_pieces(
+    word_tokens: Sequence[int], starts: Sequence[bool], capacity: int
+) -> tuple[list[CaptionPiece], int]:
+    """Cut a caption of words (`word_tokens[i]` tokens each) into pieces of at most `capacity` tokens.
+
+    The first piece is the caption itself, truncated exactly as the encoder truncates it. Each further piece begins at
+    the start of the sentence that holds the first unread token, when that re-reads at most half a window; otherwise
+    (a run-on sentence) at the start of that token's word. A word too long to reach from its own start is skipped
+    (its unread tokens are dropped). Pieces depend only on the words before their end, so appending words never
+    changes an earlier piece: a caption that fits is one piece, and one more token adds a piece of weight 1.
+
+    Returns:
+        The pieces, and how many tokens no piece reads (0 unless a single word is longer than `capacity`).
+    """
+    positions = np.concatenate([[0], np.cumsum(word_tokens, dtype=np.int64)])
+    total = int(positions[-1])
+    num_words = len(word_tokens)
+    first_word, covered, dropped, pieces = 0, 0, 0, []
+    while True:
+        reach = int(positions[first_word]) + capacity
+        end_word = min(int(np.searchsorted(positions, reach, side="left")), num_words)
+        end_word = max(end_word, first_word + 1)
+        pieces.append(CaptionPiece(first_word, end_word, min(reach, total) - covered))
+        covered = min(reach, total)
+        if covered >= total:
+            return pieces, dropped
+        word = int(np.searchsorted(positions, covered, side="right")) - 1
+        sentence = word
+        while not starts[sentence]:
+            sentence -= 1
+        if covered - positions[sentence] <= capacity // 2:
+            first_word = sentence
+        elif covered - positions[word] < capacity:
+            first_word = word
+        else:
+            first_word = word + 1
+            dropped += int(positions[first_word]) - covered
+            covered = int(positions[first_word])
+            if covered >= total:
+                return pieces, dropped
 
 
 # ----------------------------------------------------------------------------------------------------- images
@@ -646,6 +729,13 @@ __all__ = [
     "PIXEL_RULES",
     "ImageInputError",
     "array_to_pil",
+    "LONG_CAPTION_MODES",
+    "TRUNCATION_FIX",
+    "CaptionPiece",
+    "LongCaptionWarning",
+    "check_long_captions",
+    "plan_caption_pieces",
+    "sentence_starts",
     "check_media_count",
     "image_input_table",
     "pixels_to_uint8",

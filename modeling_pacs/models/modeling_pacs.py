@@ -6,6 +6,7 @@ length so padding stays small) and scoring (through the pure functions of `scori
 
 import json
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -27,17 +28,29 @@ from .backbones import (
 from .configuration_pacs import PACSConfig
 from .fast_clip import FastCLIPEncoders, FastEncoderSlot
 from .inputs import (
+    TRUNCATION_FIX,
     ImageInput,
+    LongCaptionWarning,
     check_captions,
+    check_long_captions,
     check_media_count,
     check_positive_int,
     check_references,
     deduplicate,
     image_key,
+    plan_caption_pieces,
     prefetch_batches,
     prepare_caption,
+    sentence_starts,
 )
-from .scoring import cosine_similarity, harmonic_mean, max_reference_similarity, mean_or_nan, reference_free_score
+from .scoring import (
+    cosine_similarity,
+    harmonic_mean,
+    max_reference_similarity,
+    mean_or_nan,
+    reference_free_score,
+    token_weighted_mean,
+)
 from .video_scoring import VideoScoringMixin
 
 logger = logging.get_logger(__name__)
@@ -89,6 +102,13 @@ class PACSScoreOutput(ModelOutput):
             Raw cosine between image and candidate embeddings (before clipping and w).
         reference_similarities (`torch.FloatTensor` of shape `(num_items,)`, *optional*):
             `max(0, max_r cos(candidate, r))`, the second term of the harmonic mean.
+        truncated_tokens (`torch.LongTensor` of shape `(num_items,)`):
+            Tokens of each candidate the text encoder did not read (past its context; 0 for a caption that fits,
+            and with `long_captions="chunks"` unless one word alone is longer than the context).
+        truncated_reference_tokens (`torch.LongTensor` of shape `(num_items,)`, *optional*):
+            The same, summed over each item's references.
+        num_pieces (`torch.LongTensor` of shape `(num_items,)`):
+            How many pieces each candidate was read in: 1 unless `long_captions="chunks"` split it.
     """
 
     scores: torch.FloatTensor | None = None
@@ -97,6 +117,38 @@ class PACSScoreOutput(ModelOutput):
     mean_ref_score: float | None = None
     image_text_cosines: torch.FloatTensor | None = None
     reference_similarities: torch.FloatTensor | None = None
+    truncated_tokens: torch.LongTensor | None = None
+    truncated_reference_tokens: torch.LongTensor | None = None
+    num_pieces: torch.LongTensor | None = None
+
+
+@dataclass
+class CaptionSplit:
+    """Captions cut into pieces (`PACSModel.split_long_captions`): each piece's text, the caption it belongs to and
+    the tokens it reads first (its weight); per caption, the tokens no piece reads and the number of pieces."""
+
+    texts: list[str]
+    owner: list[int]
+    new_tokens: list[int]
+    dropped_tokens: list[int]
+    num_pieces: list[int]
+
+    def append(self, owner: int, text: str, new_tokens: int):
+        self.texts.append(text)
+        self.owner.append(owner)
+        self.new_tokens.append(new_tokens)
+
+
+def warn_truncation(truncated: torch.Tensor, context_length: int, what: str = "captions"):
+    """Warn, naming the fix, when a caption was truncated (`truncated`: tokens dropped per item). The text is the same
+    on every call, so Python shows it once per line that calls `score` / `score_videos`: a loop warns once."""
+    if bool((truncated > 0).any()):
+        warnings.warn(
+            f"some {what} are longer than the text encoder's {context_length}-token context and were truncated "
+            f"(`truncated_tokens` counts the dropped tokens of each item): {TRUNCATION_FIX}",
+            LongCaptionWarning,
+            stacklevel=4,
+        )
 
 
 def missing_weights_message(name_or_path: str) -> str:
@@ -350,20 +402,69 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                 "this PACSModel has no tokenizer: load it with from_pretrained, or set model.tokenizer = "
                 "AutoTokenizer.from_pretrained(...)"
             )
-        prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
-        spec = backbone_spec(self.config.backbone_config)
-        if spec.clean_text:
-            texts = [prepare_caption(caption, prefix) for caption in captions]
-        else:
-            texts = [prefix + caption for caption in captions]
         return self.tokenizer(
-            texts,
-            padding=spec.text_padding,
+            self.prepare_texts(captions, prompt_prefix),
+            padding=backbone_spec(self.config.backbone_config).text_padding,
             truncation=True,
             max_length=self.config.max_text_length,
             return_tensors="pt",
             return_attention_mask=True,
         )
+
+    def prepare_texts(self, captions: list[str], prompt_prefix: str | None = None) -> list[str]:
+        """The strings the tokenizer reads: the prompt prefix prepended, then CLIP's cleaning where it applies."""
+        prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
+        if backbone_spec(self.config.backbone_config).clean_text:
+            return [prepare_caption(caption, prefix) for caption in captions]
+        return [prefix + caption for caption in captions]
+
+    def count_tokens(self, captions: list[str], prompt_prefix: str | None = None) -> torch.LongTensor:
+        """How many tokens each caption has before truncation, special tokens and the prompt prefix included."""
+        if not captions:
+            return torch.zeros(0, dtype=torch.long)
+        token_ids = self.tokenizer(
+            self.prepare_texts(captions, prompt_prefix), truncation=False, padding=False, verbose=False
+        )["input_ids"]
+        return torch.tensor([len(ids) for ids in token_ids], dtype=torch.long)
+
+    def truncated_tokens(self, captions: list[str], prompt_prefix: str | None = None) -> torch.LongTensor:
+        """How many tokens of each caption the encoder drops: those past `config.max_text_length` (0 if it fits)."""
+        return (self.count_tokens(captions, prompt_prefix) - self.config.max_text_length).clamp(min=0)
+
+    def split_long_captions(self, captions: list[str], prompt_prefix: str | None = None) -> CaptionSplit:
+        """Cut each caption longer than the context into pieces that each fit (`inputs.plan_caption_pieces`).
+
+        A caption that fits is one piece, itself. A longer one is read first as today (truncated), then from later
+        sentence starts; every piece gets the prompt prefix, as any caption does. Counts are in tokens of each
+        whitespace word tokenized alone, which add up to the caption's tokens for CLIP's and SigLIP's tokenizers.
+        """
+        counts = self.count_tokens(captions, prompt_prefix).tolist()
+        prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
+        prefix_tokens = len(self.tokenizer(self.prepare_texts([""], prefix)[0], add_special_tokens=False)["input_ids"])
+        capacity = self.config.max_text_length - self.tokenizer.num_special_tokens_to_add() - prefix_tokens
+        if capacity < 1:
+            raise ValueError(
+                f"the prompt prefix {prefix!r} fills the whole {self.config.max_text_length}-token context: no room "
+                "is left for caption pieces; use a shorter prompt_prefix"
+            )
+        split = CaptionSplit(texts=[], owner=[], new_tokens=[], dropped_tokens=[], num_pieces=[])
+        for item, (caption, count) in enumerate(zip(captions, counts)):
+            words = caption.split()
+            pieces, dropped = [], 0
+            if count > self.config.max_text_length:
+                spaced = [word if index == 0 else " " + word for index, word in enumerate(words)]
+                word_ids = self.tokenizer(self.prepare_texts(spaced, ""), add_special_tokens=False)["input_ids"]
+                word_tokens = [len(ids) for ids in word_ids]
+                pieces, dropped = plan_caption_pieces(word_tokens, sentence_starts(words), capacity)
+            if len(pieces) <= 1:
+                split.append(item, caption, 1)
+            else:
+                split.append(item, caption, pieces[0].new_tokens)
+                for piece in pieces[1:]:
+                    split.append(item, " ".join(words[piece.first_word : piece.end_word]), piece.new_tokens)
+            split.dropped_tokens.append(dropped if len(pieces) > 1 else max(0, count - self.config.max_text_length))
+            split.num_pieces.append(max(1, len(pieces)))
+        return split
 
     def encode_texts(
         self,
@@ -491,6 +592,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         image_batch_size: int = 64,
         text_batch_size: int = 256,
         progress: bool | None = None,
+        long_captions: str = "truncate",
     ) -> PACSScoreOutput:
         """Score each candidate caption against its image (Eq. 4) and, with references, Eq. 5.
 
@@ -501,6 +603,11 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                 PIL object) are encoded once.
             candidates: one caption per image. Empty captions are scored (the prompt prefix alone is encoded).
             references: optional, one non-empty list of reference captions per candidate.
+            long_captions: `"truncate"` (the official behaviour: the encoder reads the first `max_text_length`
+                tokens; `truncated_tokens` says how many it dropped and a warning names the fix) or `"chunks"`:
+                captions and references longer than the context are read in pieces and their scores combined by a
+                token-weighted mean (docs/guides/long-captions.md). Captions that fit keep their `"truncate"`
+                scores: bit for bit when nothing in the call is split, else within fp32 rounding (other batches).
 
         Returns:
             [`PACSScoreOutput`][modeling_pacs.PACSScoreOutput] with per-item scores and their corpus means.
@@ -508,10 +615,104 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         candidates = check_captions(candidates)
         image_batch_size = check_positive_int(image_batch_size, "image_batch_size")
         text_batch_size = check_positive_int(text_batch_size, "text_batch_size")
+        check_long_captions(long_captions)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
         check_media_count(images, candidates)
         if references is not None:
             references = check_references(references, len(candidates))
+        candidate_split = reference_splits = None
+        if long_captions == "chunks":
+            candidate_split = self.split_long_captions(candidates)
+            if references is not None:
+                reference_splits = [self.split_long_captions(item_references) for item_references in references]
+            if len(candidate_split.texts) > len(candidates) or any(
+                len(split.texts) > len(split.num_pieces) for split in reference_splits or []
+            ):
+                return self.score_in_pieces(
+                    images, candidate_split, reference_splits, image_batch_size, text_batch_size, progress
+                )
+        output = self.score_truncated(images, candidates, references, image_batch_size, text_batch_size, progress)
+        if candidate_split is not None:  # every caption fits: the scores above are the chunk mode's
+            output.truncated_tokens = torch.tensor(candidate_split.dropped_tokens, dtype=torch.long)
+            if reference_splits is not None:
+                output.truncated_reference_tokens = torch.tensor(
+                    [sum(split.dropped_tokens) for split in reference_splits], dtype=torch.long
+                )
+            return output
+        output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(candidates, references)
+        return output
+
+    def count_truncation(
+        self, candidates: list[str], references: list[list[str]] | None, prompt_prefix: str | None = None
+    ) -> tuple[torch.LongTensor, torch.LongTensor | None]:
+        """Tokens each candidate loses to truncation, and those its references lose (summed per item; `None`
+        without references); one `LongCaptionWarning` naming the fix for each kind of text that lost any."""
+        truncated = self.truncated_tokens(candidates, prompt_prefix)
+        warn_truncation(truncated, self.config.max_text_length)
+        if references is None:
+            return truncated, None
+        per_reference = self.truncated_tokens([text for item in references for text in item], prompt_prefix)
+        warn_truncation(per_reference, self.config.max_text_length, "references")
+        owner = torch.tensor([item for item, texts in enumerate(references) for _ in texts], dtype=torch.long)
+        return truncated, torch.zeros(len(candidates), dtype=torch.long).index_add(0, owner, per_reference)
+
+    def score_in_pieces(
+        self,
+        images: list[ImageInput],
+        candidate_split: CaptionSplit,
+        reference_splits: list[CaptionSplit] | None,
+        image_batch_size: int,
+        text_batch_size: int,
+        progress: bool | None,
+    ) -> PACSScoreOutput:
+        """`long_captions="chunks"`: score every piece as a caption of its item's image, then combine per item.
+
+        Eq. 4 and the clipped best reference cosine are token-weighted means over the candidate's pieces; a piece's
+        best reference cosine is taken over every piece of every reference of its item; Eq. 5 is the harmonic mean
+        of the two means (docs/guides/long-captions.md).
+        """
+        owner = torch.tensor(candidate_split.owner, dtype=torch.long)
+        new_tokens = torch.tensor(candidate_split.new_tokens, dtype=torch.long)
+        piece_references = None
+        if reference_splits is not None:
+            piece_references = [reference_splits[item].texts for item in candidate_split.owner]
+        pieces = self.score_truncated(
+            [images[item] for item in candidate_split.owner],
+            candidate_split.texts,
+            piece_references,
+            image_batch_size,
+            text_batch_size,
+            progress,
+        )
+        num_items = len(candidate_split.num_pieces)
+        scores = token_weighted_mean(pieces.scores, owner, new_tokens, num_items)
+        output = PACSScoreOutput(
+            scores=scores,
+            mean_score=mean_or_nan(scores),
+            image_text_cosines=token_weighted_mean(pieces.image_text_cosines, owner, new_tokens, num_items),
+            truncated_tokens=torch.tensor(candidate_split.dropped_tokens, dtype=torch.long),
+            num_pieces=torch.tensor(candidate_split.num_pieces, dtype=torch.long),
+        )
+        if reference_splits is not None:
+            similarities = token_weighted_mean(pieces.reference_similarities, owner, new_tokens, num_items)
+            output.reference_similarities = similarities
+            output.ref_scores = harmonic_mean(scores, similarities)
+            output.mean_ref_score = mean_or_nan(output.ref_scores)
+            output.truncated_reference_tokens = torch.tensor(
+                [sum(split.dropped_tokens) for split in reference_splits], dtype=torch.long
+            )
+        return output
+
+    def score_truncated(
+        self,
+        images: list[ImageInput],
+        candidates: list[str],
+        references: list[list[str]] | None,
+        image_batch_size: int,
+        text_batch_size: int,
+        progress: bool | None,
+    ) -> PACSScoreOutput:
+        """Eqs. 4 and 5 on validated inputs, each text read up to the context length (the official behaviour)."""
 
         unique_images, image_index, first_items = deduplicate(images, image_key)
         texts = list(candidates)
@@ -550,6 +751,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             output.reference_similarities = similarities
             output.ref_scores = harmonic_mean(scores, similarities)
             output.mean_ref_score = mean_or_nan(output.ref_scores)
+        output.num_pieces = torch.ones(len(candidates), dtype=torch.long)
         return output
 
     def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):

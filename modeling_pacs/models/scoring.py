@@ -61,6 +61,24 @@ def reference_based_score(
     )
 
 
+def token_weighted_mean(
+    values: torch.Tensor, owner: torch.Tensor, new_tokens: torch.Tensor, num_items: int
+) -> torch.Tensor:
+    """`sum_k (n_k / sum_j n_j) * values_k` over the pieces `k` of each item (docs/guides/long-captions.md).
+
+    Args:
+        values: `[P]` one value per caption piece.
+        owner: `[P]` the item each piece belongs to; every item owns at least one piece.
+        new_tokens: `[P]` the tokens each piece reads first (its weight `n_k`).
+
+    An item of one piece gets its value unchanged (its share is exactly 1).
+    """
+    weights = new_tokens.to(torch.float64)
+    totals = torch.zeros(num_items, dtype=torch.float64).index_add(0, owner, weights)
+    shares = (weights / totals[owner]).to(values.dtype)
+    return torch.zeros(num_items, dtype=values.dtype).index_add(0, owner, shares * values)
+
+
 # ---------------------------------------------------------------------------------------------------- Polos
 def scalar_mix(
     hidden_states: torch.Tensor,
@@ -422,5 +440,6 @@ __all__ = [
     "scalar_mix",
     "scalar_mix_first_position",
     "sentence_statistics",
+    "token_weighted_mean",
     "video_scores",
 ]

@@ -18,7 +18,14 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers.utils import ModelOutput, logging
 
 from .backbones import embedding_dim, image_preprocessor
-from .inputs import check_captions, check_media_count, check_positive_int, check_references, deduplicate
+from .inputs import (
+    check_captions,
+    check_long_captions,
+    check_media_count,
+    check_positive_int,
+    check_references,
+    deduplicate,
+)
 from .scoring import (
     IDFTable,
     VideoMatchScores,
@@ -26,6 +33,7 @@ from .scoring import (
     idf_table,
     mean_or_nan,
     reference_video_scores,
+    token_weighted_mean,
     video_scores,
 )
 from .video import (
@@ -69,6 +77,12 @@ class PACSVideoScoreOutput(ModelOutput):
             The mean of `reference_scores`.
         num_frames (`torch.LongTensor` of shape `(num_items,)`):
             How many frames each item was scored against (repeats of a short video's sampled frames included).
+        truncated_tokens (`torch.LongTensor` of shape `(num_items,)`):
+            Tokens of each candidate the text encoder did not read (0 for a caption that fits).
+        truncated_reference_tokens (`torch.LongTensor` of shape `(num_items,)`, *optional*):
+            The same, summed over each item's references.
+        num_pieces (`torch.LongTensor` of shape `(num_items,)`):
+            How many pieces each candidate was read in: 1 unless `long_captions="chunks"` split it.
     """
 
     scores: torch.FloatTensor | None = None
@@ -86,6 +100,25 @@ class PACSVideoScoreOutput(ModelOutput):
     reference_scores: torch.FloatTensor | None = None
     mean_reference_score: float | None = None
     num_frames: torch.LongTensor | None = None
+    truncated_tokens: torch.LongTensor | None = None
+    truncated_reference_tokens: torch.LongTensor | None = None
+    num_pieces: torch.LongTensor | None = None
+
+
+# The per-item components of a video score that `long_captions="chunks"` averages over a caption's pieces.
+PIECE_AVERAGED_FIELDS = (
+    "scores",
+    "video_precision",
+    "video_recall",
+    "video_f",
+    "video_coarse",
+    "video_scores",
+    "reference_precision",
+    "reference_recall",
+    "reference_f",
+    "reference_coarse",
+    "reference_scores",
+)
 
 
 def batched(iterable, size: int):
@@ -206,6 +239,7 @@ class VideoScoringMixin:
         batch_size: int = 64,
         text_batch_size: int = 256,
         progress: bool | None = None,
+        long_captions: str = "truncate",
     ) -> PACSVideoScoreOutput:
         """Score each candidate caption against its video (Eq. 13) and, with references, Eq. 14
         (docs/spec/pacs.md#video).
@@ -223,6 +257,10 @@ class VideoScoringMixin:
                 a table from `build_idf_table`.
             batch_size: frames per encoder batch, and candidates per scoring batch.
             text_batch_size: captions per text-encoder batch.
+            long_captions: `"truncate"` (EMScore's behaviour: the first 77 tokens are read; `truncated_tokens` counts
+                the rest) or `"chunks"`: longer captions and references are read in pieces (`PACSModel.score`);
+                every component is a token-weighted mean over the candidate's pieces, each piece matched against
+                every piece of the item's references; the IDF table comes from the whole captions.
 
         Returns:
             [`PACSVideoScoreOutput`][modeling_pacs.PACSVideoScoreOutput] with per-item scores, their components and
@@ -248,8 +286,32 @@ class VideoScoringMixin:
         text_batch_size = check_positive_int(text_batch_size, "text_batch_size")
         for index, video in enumerate(videos):
             check_video(video, index)
+        check_long_captions(long_captions)
         table = self.video_idf_table(idf, candidates, references)
+        if long_captions == "chunks":
+            return self.score_videos_in_pieces(
+                videos, candidates, references, num_frames, table, batch_size, text_batch_size, progress
+            )
+        output = self.score_videos_truncated(
+            videos, candidates, references, num_frames, table, batch_size, text_batch_size, progress
+        )
+        output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(
+            candidates, references, prompt_prefix=""
+        )
+        return output
 
+    def score_videos_truncated(
+        self,
+        videos: list[VideoInput],
+        candidates: list[str],
+        references: list[list[str]] | None,
+        num_frames: int | None,
+        table: IDFTable | None,
+        batch_size: int,
+        text_batch_size: int,
+        progress: bool | None,
+    ) -> PACSVideoScoreOutput:
+        """Eqs. 7, 9-14 on validated inputs, each text read up to the context length (EMScore's behaviour)."""
         unique_videos, video_index, first_items = deduplicate(videos, video_key)
         frame_embeds = self.encode_videos(unique_videos, num_frames, batch_size, progress, item_indices=first_items)
         texts = list(candidates)
@@ -332,6 +394,59 @@ class VideoScoringMixin:
             output.mean_reference_score = mean_or_nan(reference.score)
             output.scores = combined.score
             output.mean_score = mean_or_nan(combined.score)
+        output.num_pieces = torch.ones(len(candidates), dtype=torch.long)
+        return output
+
+    def score_videos_in_pieces(
+        self,
+        videos: list[VideoInput],
+        candidates: list[str],
+        references: list[list[str]] | None,
+        num_frames: int | None,
+        table: IDFTable | None,
+        batch_size: int,
+        text_batch_size: int,
+        progress: bool | None,
+    ) -> PACSVideoScoreOutput:
+        """`long_captions="chunks"` for videos: each piece is scored as a caption of its item's video (against every
+        piece of the item's references), then every component is averaged over the pieces, weighted by their new
+        tokens (`scoring.token_weighted_mean`). Captions that fit are scored exactly as with `"truncate"`."""
+        candidate_split = self.split_long_captions(candidates, prompt_prefix="")
+        piece_references = None
+        reference_splits = None
+        if references is not None:
+            reference_splits = [self.split_long_captions(item, prompt_prefix="") for item in references]
+            piece_references = [reference_splits[item].texts for item in candidate_split.owner]
+        pieces = self.score_videos_truncated(
+            [videos[item] for item in candidate_split.owner],
+            candidate_split.texts,
+            piece_references,
+            num_frames,
+            table,
+            batch_size,
+            text_batch_size,
+            progress,
+        )
+        owner = torch.tensor(candidate_split.owner, dtype=torch.long)
+        new_tokens = torch.tensor(candidate_split.new_tokens, dtype=torch.long)
+        num_items = len(candidates)
+        first_piece = torch.searchsorted(owner, torch.arange(num_items))  # pieces are listed item by item
+        output = PACSVideoScoreOutput(
+            num_frames=pieces.num_frames[first_piece],
+            truncated_tokens=torch.tensor(candidate_split.dropped_tokens, dtype=torch.long),
+            num_pieces=torch.tensor(candidate_split.num_pieces, dtype=torch.long),
+        )
+        for field in PIECE_AVERAGED_FIELDS:
+            values = getattr(pieces, field)
+            if values is not None:
+                setattr(output, field, token_weighted_mean(values, owner, new_tokens, num_items))
+        output.mean_score = mean_or_nan(output.scores)
+        output.mean_video_score = mean_or_nan(output.video_scores)
+        if reference_splits is not None:
+            output.mean_reference_score = mean_or_nan(output.reference_scores)
+            output.truncated_reference_tokens = torch.tensor(
+                [sum(split.dropped_tokens) for split in reference_splits], dtype=torch.long
+            )
         return output
 
 

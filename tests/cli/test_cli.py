@@ -110,3 +110,41 @@ def test_cli_help_documents_formats_and_models():
         "tiny",
     ):
         assert expected in result.stdout
+
+
+LONG_CAPTION = " ".join(f"Picture {index} shows a small dog that runs across a wide green field." for index in range(9))
+
+
+@pytest.mark.parametrize("mode", ["truncate", "chunks"])
+def test_cli_reports_truncation_and_reads_long_captions_in_chunks(
+    image_folder, tiny_model_dir, tiny_model, tmp_path, capsys, mode
+):
+    rows = [
+        {"image": str(path), "caption": LONG_CAPTION if i == 0 else f"caption {i}"}
+        for i, path in enumerate(image_folder)
+    ]
+    source = tmp_path / "captions.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    output = tmp_path / "scores.jsonl"
+    score_main([str(source), "--model", str(tiny_model_dir), "--output", str(output), "--long-captions", mode])
+    items = [json.loads(line) for line in output.read_text().splitlines()]
+    expected = tiny_model.score(image_folder, [row["caption"] for row in rows], long_captions=mode)
+    assert [item["PAC-S++"] for item in items] == pytest.approx(expected.scores.tolist(), abs=1e-6)
+    assert [item["truncated_tokens"] for item in items] == expected.truncated_tokens.tolist()
+    printed = capsys.readouterr().out
+    if mode == "truncate":
+        assert items[0]["truncated_tokens"] == int(tiny_model.truncated_tokens([LONG_CAPTION])[0]) > 0
+        assert "warning: 1 of 6 captions" in printed and "--long-captions chunks" in printed
+    else:
+        assert items[0]["truncated_tokens"] == 0 and "warning" not in printed
+
+
+def test_models_that_only_truncate_refuse_the_chunk_mode_by_name():
+    from modeling_pacs.cli.arguments import long_captions_options
+
+    class PolosModel:  # stands for Polos and Pearl: no split_long_captions
+        pass
+
+    assert long_captions_options(PolosModel(), "truncate") == {}
+    with pytest.raises(SystemExit, match="--long-captions: long captions mode 'chunks' applies to CLIP-S.*PolosModel"):
+        long_captions_options(PolosModel(), "chunks")

@@ -269,3 +269,27 @@ def test_progress_lines_in_logs_resume_and_no_progress(tiny_model_dir, tmp_path,
 
     score_corpus.main([*command, "--output-dir", str(tmp_path / "quiet"), "--no-progress"])
     assert progress_lines() == []
+
+
+def test_long_captions_are_counted_and_can_be_read_in_chunks(tiny_model_dir, tmp_path, capsys):
+    rows = make_corpus(tmp_path, 6)
+    long_caption = " ".join(
+        f"Row {index} shows a big dog that sits on the green grass near a table." for index in range(8)
+    )
+    rows[2]["caption"] = long_caption
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    engine = load_model(tiny_model_dir)
+    images = [str(tmp_path / row["image"]) for row in rows]
+    captions = [row["caption"] for row in rows]
+    for mode in ("truncate", "chunks"):
+        output_dir = tmp_path / mode
+        arguments = [str(tmp_path / "corpus.jsonl"), "--output-dir", str(output_dir), "--model", tiny_model_dir]
+        summary = score_corpus.main([*arguments, "--long-captions", mode])
+        expected = engine.score(images, captions, long_captions=mode)
+        results = read_scores(output_dir)
+        assert_scores_close([result["PAC-S++"] for result in results], expected.scores, what=mode)
+        assert [result["truncated_tokens"] for result in results] == expected.truncated_tokens.tolist()
+        assert summary["num_truncated"] == (1 if mode == "truncate" else 0)
+        printed = capsys.readouterr().out
+        assert ("warning: 1 of 6 captions" in printed) == (mode == "truncate")
+    assert read_scores(tmp_path / "chunks")[2]["PAC-S++"] != read_scores(tmp_path / "truncate")[2]["PAC-S++"]

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
+import torch
 
 from modeling_pacs.evaluation import BenchmarkDataError, BenchmarkOptions, detailcaps, load_benchmark
 from modeling_pacs.evaluation.protocols import grouped_kendall_tau, one_minus_r_squared
@@ -280,3 +281,62 @@ def test_model_and_its_scores_give_the_same_table_beside_the_paper(tmp_path, cac
     assert "the average of DetailCaps-100 and DetailCaps-4870" in markdown
     assert (tmp_path / "external" / "plot_detailcaps.png").is_file()
     assert "== DetailCaps-4870 ==" in capsys.readouterr().out
+
+
+LONG_DETAIL = " ".join(
+    f"Part {index} of the picture shows a dog with brown fur lying on the green grass beside a red ball."
+    for index in range(8)
+)  # about 160 CLIP tokens, as DetailCaps' detailed captions run
+
+
+@pytest.mark.filterwarnings("ignore:some .* are longer than the text encoder")
+def test_truncation_chunks_and_longclip_side_by_side(tmp_path, cache):
+    """--long-captions truncate chunks gives one row per mode for each --model; a Long-CLIP directory is one more
+    --model; the paper's numbers sit beside a truncating CLIP-S row only (the README's CLIPScore truncates)."""
+    from modeling_pacs.evaluation.report import PAPER_NUMBERS, paper_name
+    from modeling_pacs.loading import load_model
+    from modeling_pacs.pacs.convert_longclip import convert_longclip_checkpoint
+    from modeling_pacs.testing.pacs import make_tiny_model
+    from tests.references.longclip import build_longclip_state_dict
+
+    rows = detailcaps_rows()
+    for row in rows:
+        row["CogVLM"] = LONG_DETAIL + f" It is image {row['image']}."
+        row["GT_Caption_GPT4O"] = LONG_DETAIL
+    root = write_detailcaps(tmp_path / "detailcaps", rows)
+    clip_dir = str(tmp_path / "clip")
+    make_tiny_model(clip_dir, variant="clip_s", seed=2)
+    checkpoint = tmp_path / "longclip.pt"
+    torch.save(build_longclip_state_dict(seed=0), checkpoint)
+    longclip_dir = tmp_path / "longclip"
+    convert_longclip_checkpoint(
+        checkpoint, longclip_dir, weight_precision="fp32", allow_other_geometry=True, log=lambda message: None
+    )
+    output = tmp_path / "out"
+    results = run(
+        "--benchmark", "detailcaps", "--data-dir", root, "--model", clip_dir, "--model", longclip_dir,
+        "--long-captions", "truncate", "chunks", "--output", output, "--dump-items", tmp_path / "items.jsonl",
+        "--quiet",
+    )  # fmt: skip
+    table = results["benchmarks"]["detailcaps"]["rows"]
+    names = [(row["name"], row["column"]) for row in table]
+    expected_names = [clip_dir, f"{clip_dir} (chunks)", str(longclip_dir), f"{longclip_dir} (chunks)"]
+    assert names == [(name, column) for name in expected_names for column in ("score", "ref_score")]
+
+    lines = [json.loads(line) for line in (tmp_path / "items.jsonl").read_text().splitlines()]
+    model = load_model(clip_dir)
+    assert int(model.truncated_tokens([lines[0]["candidate"]])[0]) > 0
+    for mode in ("truncate", "chunks"):
+        expected = model.score(
+            [line["image"] for line in lines],
+            [line["candidate"] for line in lines],
+            [line["references"] for line in lines],
+            long_captions=mode,
+        )
+        label = clip_dir.replace("/", "--") + ("" if mode == "truncate" else "--chunks")
+        cached = {row["id"]: row for row in cached_scores(output, "detailcaps", label)}
+        assert_scores_close([cached[line["id"]]["score"] for line in lines], expected.scores, what=mode)
+        assert_scores_close([cached[line["id"]]["ref_score"] for line in lines], expected.ref_scores, what=mode)
+    assert all(row["paper"] == {} for row in table)  # tiny directories are no paper metric
+    assert paper_name("clip_s_vit_b32", "score") in PAPER_NUMBERS["detailcaps"]
+    assert paper_name("clip_s_vit_b32 (chunks)", "score") not in PAPER_NUMBERS["detailcaps"]

@@ -84,8 +84,34 @@ def test_compute_equals_engine_scores(metric, engine, image_paths):
     assert results["ref_score"] == pytest.approx(np.mean(results["ref_scores"]), abs=1e-6)
 
     free_only = metric.compute(predictions=CAPTIONS, images=image_paths)
-    assert sorted(free_only) == ["metric", "score", "scores"]
+    assert sorted(free_only) == ["metric", "num_truncated", "score", "scores", "truncated_tokens"]
     assert free_only["scores"] == engine.score(image_paths, CAPTIONS).scores.tolist()
+
+
+LONG_CAPTION = " ".join(
+    f"Sentence {index} says that a red circle lies on a white background near a blue square." for index in range(9)
+)
+
+
+@pytest.mark.filterwarnings("ignore:some .* are longer than the text encoder")
+def test_long_captions_are_counted_and_read_in_chunks_on_request(tiny_model_dir, engine, image_paths, tmp_path):
+    captions = [LONG_CAPTION, *CAPTIONS[1:]]
+    references = [[LONG_CAPTION], *REFERENCES[1:]]
+    expected_truncated = engine.truncated_tokens(captions).tolist()
+    truncated = evaluate.load(METRIC_DIR, model=engine, cache_dir=str(tmp_path / "a"))
+    results = truncated.compute(predictions=captions, images=image_paths, references=references)
+    assert results["truncated_tokens"] == expected_truncated and expected_truncated[0] > 0
+    assert results["num_truncated"] == 1
+
+    chunks = evaluate.load(METRIC_DIR, model=engine, long_captions="chunks", cache_dir=str(tmp_path / "b"))
+    results = chunks.compute(predictions=captions, images=image_paths, references=references)
+    expected = engine.score(image_paths, captions, references, long_captions="chunks")
+    assert results["scores"] == expected.scores.tolist() and results["ref_scores"] == expected.ref_scores.tolist()
+    # Captions that fit keep their scores (another batch composition: equal within the fp32 tolerance).
+    assert_scores_close(results["scores"][1:], engine.score(image_paths, captions, references).scores[1:])
+    assert results["truncated_tokens"] == [0] * len(captions) and results["num_truncated"] == 0
+    with pytest.raises(ValueError, match="long_captions must be one of"):
+        evaluate.load(METRIC_DIR, model=engine, long_captions="pieces", cache_dir=str(tmp_path / "c"))
 
 
 def test_add_batch_then_compute_equals_one_compute(metric, image_paths):

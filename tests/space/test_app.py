@@ -957,3 +957,18 @@ def test_a_failed_request_leaves_the_cached_models_scoring_as_fresh_ones(app, ti
     fresh = app.score_request(request, fresh_models)
     for column in app.score_columns(fresh):
         assert_scores_close(table[column].tolist(), fresh[column].tolist())
+
+
+@pytest.mark.filterwarnings("ignore:some .* are longer than the text encoder")
+def test_truncated_captions_are_noted_under_the_result(app):
+    model = make_tiny_model(variant="clip_s", seed=2)
+    long_caption = " ".join(f"Part {index} shows a red circle on a plain white background." for index in range(9))
+    request = app.ScoreRequest(
+        image=PIL.Image.new("RGB", (8, 8)), captions=["a red circle", long_caption], references=[]
+    )
+    models = app.ScoringModels(clip_s=None, pac_s=model)
+    table = app.score_request(request, models)
+    summary = app.summary_text(table, models, random_weights=True)
+    assert "1 caption(s) are longer than the text encoder's context (77 tokens for CLIP) and were truncated" in summary
+    short = app.score_request(app.ScoreRequest(request.image, ["a red circle"], []), models)
+    assert "truncated" not in app.summary_text(short, models, random_weights=True)
