@@ -262,7 +262,8 @@ def run(args: argparse.Namespace) -> dict | None:
     if summary.get("num_truncated"):
         print(
             f"warning: {summary['num_truncated']} of {summary['num_items']} captions were longer than the text "
-            f"encoder's context and were truncated (truncated_tokens in scores.jsonl): {TRUNCATION_FIX}"
+            "encoder's context and were truncated (truncated_tokens in scores.jsonl): "
+            f"{getattr(model, 'truncation_fix', TRUNCATION_FIX)}"
         )
     print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")
     return summary
