@@ -159,7 +159,7 @@ class PearlScorer:
         parts = {"captions": slice(0, len(candidates)), "references": slice(len(candidates), None)}
         for what, rows in parts.items():
             cutting = [name for name, counts in by_encoder.items() if bool((counts[rows] > 0).any())]
-            contexts = ", ".join(f"{name} {self.encoders[name].max_text_length} tokens" for name in cutting)
+            contexts = ", ".join(context_of(name, self.encoders[name]) for name in cutting)
             context = f"the text encoders' contexts ({contexts})"
             warn_truncation(per_text[rows], context, what, fix=SHORTEN_FIX)
         truncated = per_text[: len(candidates)]
@@ -221,6 +221,13 @@ class PearlScorer:
             output.mean_ref_score = mean_or_nan(scores)
         output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(candidates, references)
         return output
+
+
+def context_of(name: str, encoder) -> str:
+    """`"blip2 32 tokens"`: an encoder's name and text context, for the truncation warning (the name alone for an
+    encoder that does not state its context)."""
+    length = getattr(encoder, "max_text_length", None)
+    return name if length is None else f"{name} {length} tokens"
 
 
 def move_to(batch, device):

@@ -116,3 +116,17 @@ def test_one_warning_per_kind_of_text_naming_the_encoders_and_the_fix(scorer):
     assert "blip2 32 tokens" in context and "clip 77 tokens" not in context
     assert all(message.endswith(SHORTEN_FIX) for message in messages)
     assert all(warning.filename == __file__ for warning in caught)  # points at the caller's line
+
+
+def test_an_encoder_without_a_count_is_left_out(scorer):
+    class Uncounted:  # a user's encoder that implements only the required protocol
+        def __init__(self, encoder):
+            self.name, self.dim, self.tokens = encoder.name, encoder.dim, encoder.tokens
+            self.encode_text, self.encode_image = encoder.encode_text, encoder.encode_image
+
+    encoders = {**scorer.encoders, "beit3": Uncounted(scorer.encoders["beit3"])}
+    partial = PearlScorer(scorer.model, encoders)
+    text = " ".join(SENTENCE * 6)
+    assert sorted(partial.truncated_tokens_by_encoder([text])) == ["blip2", "clip", "stella"]
+    expected = {name: count for name, count in independent_counts(scorer, text).items() if name != "beit3"}
+    assert partial.truncated_tokens([text]).tolist() == [max(expected.values())]
