@@ -420,6 +420,8 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     table.attrs["ranked_by"] = ranked_by
     truncated = getattr(pac_s_output, "truncated_tokens", None)
     table.attrs["truncated"] = 0 if truncated is None else int((truncated > 0).sum())
+    # Polos and Pearl have no piecewise mode: they name their own fix (`SHORTEN_FIX`).
+    table.attrs["truncation_fix"] = getattr(models.pac_s, "truncation_fix", None)
     return table
 
 
@@ -472,7 +474,12 @@ def summary_text(table: pd.DataFrame, models: ScoringModels, random_weights: boo
     lines = [f"“{best['caption']}”", f"{ranked_by} {best[ranked_by]:.4f} (ranked by {ranked_by})"]
     if models.clip_s_unavailable_reason:
         lines.append(f"CLIP-S is not shown: {models.clip_s_unavailable_reason}")
-    if table.attrs.get("truncated"):
+    if table.attrs.get("truncated") and table.attrs.get("truncation_fix"):
+        lines.append(
+            f"{table.attrs['truncated']} caption(s) are longer than a text encoder's context and were truncated: "
+            f"their scores read only the first tokens ({table.attrs['truncation_fix']})."
+        )
+    elif table.attrs.get("truncated"):
         lines.append(
             f"{table.attrs['truncated']} caption(s) are longer than the text encoder's context (77 tokens for CLIP) "
             "and were truncated: their scores read only the first tokens (the pacs-pp library reads them whole "

@@ -62,8 +62,9 @@ def long_captions_options(model, mode: str) -> dict:
         raise SystemExit(f"--long-captions: {error}") from None
 
 
-def report_truncation(items: list[dict], output, what: str = "captions") -> int:
-    """Add each item's `truncated_tokens` and print, once, how many captions were truncated and the fix."""
+def report_truncation(items: list[dict], output, what: str = "captions", fix: str | None = None) -> int:
+    """Add each item's `truncated_tokens` and print, once, how many captions were truncated and the fix (`fix`, by
+    default `TRUNCATION_FIX`; a model without a piecewise mode names its own as `model.truncation_fix`)."""
     from ..models.inputs import TRUNCATION_FIX
 
     truncated = getattr(output, "truncated_tokens", None)
@@ -77,7 +78,7 @@ def report_truncation(items: list[dict], output, what: str = "captions") -> int:
     if count or with_references:
         print(
             f"warning: {count} of {len(items)} {what} (and the references of {with_references} items) were longer "
-            f"than the text encoder's context and were truncated (column truncated_tokens): {TRUNCATION_FIX}"
+            f"than the text encoder's context and were truncated (column truncated_tokens): {fix or TRUNCATION_FIX}"
         )
     return count
 

@@ -153,7 +153,7 @@ def run_score(args: argparse.Namespace) -> dict:
         means[ref_name] = output.mean_ref_score
         for item, score in zip(items, output.ref_scores.tolist()):
             item[ref_name] = score
-    report_truncation(items, output)
+    report_truncation(items, output, fix=getattr(model, "truncation_fix", None))
     if getattr(output, "truncated_tokens", None) is not None:
         names.append("truncated_tokens")
     if args.output:

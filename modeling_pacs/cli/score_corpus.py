@@ -132,7 +132,7 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
     results = []
     for offset, row in enumerate(rows):
         result = {"row": first_row + offset, free_name: float(output.scores[offset])}
-        if output.ref_scores is not None:
+        if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
             result[ref_name] = float(output.ref_scores[offset])
         if getattr(output, "truncated_tokens", None) is not None:
             result["truncated_tokens"] = int(output.truncated_tokens[offset])
@@ -262,7 +262,8 @@ def run(args: argparse.Namespace) -> dict | None:
     if summary.get("num_truncated"):
         print(
             f"warning: {summary['num_truncated']} of {summary['num_items']} captions were longer than the text "
-            f"encoder's context and were truncated (truncated_tokens in scores.jsonl): {TRUNCATION_FIX}"
+            "encoder's context and were truncated (truncated_tokens in scores.jsonl): "
+            f"{getattr(model, 'truncation_fix', TRUNCATION_FIX)}"
         )
     print(f"per-row scores: {args.output_dir / 'scores.jsonl'}")
     return summary

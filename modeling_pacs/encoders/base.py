@@ -19,6 +19,9 @@ class PearlEncoder(Protocol):
 
     Attributes: `name` (key in Pearl's config), `dim` (feature size), `tokens` (image tokens; 0 for text-only encoders).
     `encode_image(images)` returns `[B, tokens, dim]` fp32 on CPU; `encode_text(texts)` returns `[B, dim]`.
+    Optional (every encoder of this package has them): `max_text_length` (the text context in tokens) and
+    `truncated_tokens(texts)`, the `[B]` count of tokens of each text that `encode_text` does not read; an encoder
+    without them counts as cutting nothing in `PearlScorer`'s `truncated_tokens`.
     """
 
     name: str
@@ -66,3 +69,17 @@ def batched_features(
 def tokenize(tokenizer, texts: list[str], max_length: int, device: torch.device):
     """A padded (to the longest), truncated batch of token ids on `device`."""
     return tokenizer(texts, padding="longest", truncation=True, max_length=max_length, return_tensors="pt").to(device)
+
+
+def token_counts(tokenizer, texts: list[str]) -> torch.LongTensor:
+    """The untruncated number of tokens of each text, special tokens included."""
+    if not texts:
+        return torch.zeros(0, dtype=torch.long)
+    ids = tokenizer(list(texts), truncation=False, padding=False, verbose=False)["input_ids"]
+    return torch.tensor([len(row) for row in ids], dtype=torch.long)
+
+
+def dropped_tokens(tokenizer, texts: list[str], max_length: int) -> torch.LongTensor:
+    """How many tokens of each text `tokenize(tokenizer, texts, max_length, ...)` cuts: its untruncated length
+    minus `max_length`, 0 when it fits."""
+    return (token_counts(tokenizer, texts) - max_length).clamp(min=0)

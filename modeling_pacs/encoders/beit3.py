@@ -18,7 +18,7 @@ from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from ..models.fast_clip import use_packed_linears
 from ..models.inputs import ImageInput, check_positive_int
-from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, tokenize
+from .base import EMPTY_TEXT, batched_features, dropped_tokens, load_square_batch, replace_empty, tokenize
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -219,6 +219,7 @@ class BEiT3RetrievalEncoder:
     """
 
     tokens = 1
+    max_text_length = BEIT3_MAX_TEXT_LENGTH
 
     def __init__(
         self,
@@ -263,3 +264,7 @@ class BEiT3RetrievalEncoder:
             return self.model.get_text_features(tokens["input_ids"], tokens["attention_mask"])
 
         return batched_features(len(texts), 4 * self.batch_size, encode, (self.dim,))
+
+    def truncated_tokens(self, texts: list[str]) -> torch.LongTensor:
+        """Tokens of each text past the 77-token context (empty texts counted as the placeholder they become)."""
+        return dropped_tokens(self.tokenizer, replace_empty(texts, self.empty_text), BEIT3_MAX_TEXT_LENGTH)

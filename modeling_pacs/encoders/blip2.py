@@ -15,20 +15,21 @@ from transformers import AutoTokenizer, Blip2TextModelWithProjection, Blip2Visio
 
 from ..models.fast_clip import FastEncoderSlot, FastLayer, packed_linear_available, use_packed_linears
 from ..models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, ImageInput, check_positive_int
-from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, tokenize
+from .base import EMPTY_TEXT, batched_features, load_square_batch, replace_empty, token_counts, tokenize
 
 # LAVIS `BlipCaptionProcessor` (eval): max_words 50; the Q-Former text length of blip2_image_text_matching is 32.
 BLIP_MAX_WORDS = 50
 BLIP_MAX_TEXT_LENGTH = 32
 
 
-def blip_caption_normalise(caption: str, max_words: int = BLIP_MAX_WORDS) -> str:
-    """LAVIS `BlipCaptionProcessor.pre_caption`: lowercase, drop `.!"()*#:;~`, collapse spaces, keep `max_words`."""
+def blip_caption_normalise(caption: str, max_words: int | None = BLIP_MAX_WORDS) -> str:
+    """LAVIS `BlipCaptionProcessor.pre_caption`: lowercase, drop `.!"()*#:;~`, collapse spaces, keep `max_words`
+    (`None`: every word)."""
     caption = re.sub(r"([.!\"()*#:;~])", " ", caption.lower())
     caption = re.sub(r"\s{2,}", " ", caption)
     caption = caption.rstrip("\n").strip(" ")
     words = caption.split(" ")
-    return " ".join(words[:max_words]) if len(words) > max_words else caption
+    return " ".join(words[:max_words]) if max_words is not None and len(words) > max_words else caption
 
 
 class FastBlip2Vision:
@@ -90,6 +91,8 @@ class BLIP2Encoder:
     torch.Size([1, 256])
     ```
     """
+
+    max_text_length = BLIP_MAX_TEXT_LENGTH
 
     def __init__(
         self,
@@ -169,3 +172,12 @@ class BLIP2Encoder:
             return embeds.text_embeds[:, 0]
 
         return batched_features(len(texts), 4 * self.batch_size, encode, (self.dim,))
+
+    def truncated_tokens(self, texts: list[str]) -> torch.LongTensor:
+        """Tokens of each text that the Q-Former does not read: those of the normalised caption (before LAVIS'
+        50-word cut) minus the `min(32, ...)` tokens of the text `encode_text` tokenizes. Both cuts are the official
+        preprocessing; a caption over 50 words is always over 32 tokens, so the 32-token context is what cuts."""
+        texts = replace_empty(texts, self.empty_text)
+        total = token_counts(self.tokenizer, [blip_caption_normalise(text, max_words=None) for text in texts])
+        read = token_counts(self.tokenizer, [blip_caption_normalise(text) for text in texts])
+        return total - read.clamp(max=BLIP_MAX_TEXT_LENGTH)

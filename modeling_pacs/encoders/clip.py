@@ -37,5 +37,13 @@ class PACSEncoder:
         embeds = self.model.encode_images(images, self.batch_size, progress=False, item_indices=item_indices)
         return embeds.unsqueeze(1)
 
+    @property
+    def max_text_length(self) -> int:
+        return self.model.config.max_text_length
+
     def encode_text(self, texts: list[str]) -> torch.Tensor:
         return self.model.encode_texts(texts, 4 * self.batch_size, progress=False)
+
+    def truncated_tokens(self, texts: list[str]) -> torch.LongTensor:
+        """Tokens of each text (prompt prefix and special tokens included) past the context (`PACSModel`'s count)."""
+        return self.model.truncated_tokens(list(texts))

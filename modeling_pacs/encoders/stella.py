@@ -20,7 +20,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from ..models.fast_clip import use_packed_linears
 from ..models.inputs import ImageInput, check_positive_int
-from .base import EMPTY_TEXT, batched_features, replace_empty, tokenize
+from .base import EMPTY_TEXT, batched_features, dropped_tokens, replace_empty, tokenize
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ class StellaEncoder:
     """
 
     tokens = 0
+    max_text_length = STELLA_MAX_LENGTH
 
     def __init__(
         self,
@@ -140,3 +141,7 @@ class StellaEncoder:
             return nn.functional.normalize(pooled, dim=-1)
 
         return batched_features(len(texts), self.batch_size, encode, (self.dim,))
+
+    def truncated_tokens(self, texts: list[str]) -> torch.LongTensor:
+        """Tokens of each text past the 512-token context (empty texts counted as the placeholder they become)."""
+        return dropped_tokens(self.tokenizer, replace_empty(texts, self.empty_text), STELLA_MAX_LENGTH)

@@ -65,8 +65,9 @@ Returns:
     scores (`list` of `float`): the score of each prediction.
     ref_metric, ref_score, ref_scores: the same for the reference-based score ("RefPAC-S++", ...), with references.
     truncated_tokens (`list` of `int`): the tokens of each prediction the text encoder did not read (0 when it fits
-        the 77-token context); num_truncated (`int`): how many predictions lost tokens. Load the module with
-        `long_captions="chunks"` to read long captions in pieces (docs/guides/long-captions.md).
+        the 77-token context; Polos: its CLIP features'; Pearl: the most any of its encoders dropped);
+        num_truncated (`int`): how many predictions lost tokens. Load the module with `long_captions="chunks"` to
+        read long captions in pieces (PAC-S-family models; docs/guides/long-captions.md).
 Videos: pass `videos=` instead of `images=` (files, frame folders, lists of images, (T, H, W, C) arrays or (T, D)
     frame embeddings) and optionally `num_frames=` and `idf=` to `compute`: the EMScore-style video metric (Eq. 13;
     Eq. 14 as `ref_scores` with references), with per-prediction `precision`, `recall`, `f` and `coarse`.

@@ -133,6 +133,12 @@ TRUNCATION_FIX = (
     "score them in pieces with long_captions='chunks' (command line: --long-captions chunks), or use a Long-CLIP "
     "model (pacs-pp convert-longclip, 248 tokens)"
 )
+# Polos and Pearl have no piecewise mode: their encoders (RoBERTa, BLIP-2, BEiT-3, Stella) were trained and the heads
+# fitted on whole captions, and a piecewise mean would be a different metric.
+SHORTEN_FIX = (
+    "shorten the captions, or use a PAC-S++/CLIP-S model with long_captions='chunks' or a Long-CLIP model "
+    "(pacs-pp convert-longclip, 248 tokens)"
+)
 
 
 class LongCaptionWarning(UserWarning):
@@ -730,6 +736,7 @@ __all__ = [
     "ImageInputError",
     "array_to_pil",
     "LONG_CAPTION_MODES",
+    "SHORTEN_FIX",
     "TRUNCATION_FIX",
     "CaptionPiece",
     "LongCaptionWarning",

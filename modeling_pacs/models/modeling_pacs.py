@@ -139,15 +139,26 @@ class CaptionSplit:
         self.new_tokens.append(new_tokens)
 
 
-def warn_truncation(truncated: torch.Tensor, context_length: int, what: str = "captions"):
+def warn_truncation(
+    truncated: torch.Tensor,
+    context_length: int | str,
+    what: str = "captions",
+    fix: str = TRUNCATION_FIX,
+    stacklevel: int = 4,
+):
     """Warn, naming the fix, when a caption was truncated (`truncated`: tokens dropped per item). The text is the same
-    on every call, so Python shows it once per line that calls `score` / `score_videos`: a loop warns once."""
+    on every call, so Python shows it once per line that calls `score` / `score_videos`: a loop warns once.
+    `context_length` is the encoder's context in tokens, or a phrase naming several ("the text encoders' contexts
+    (...)"); `fix` is what to do instead (`TRUNCATION_FIX`, or `SHORTEN_FIX` for models without a piecewise mode)."""
     if bool((truncated > 0).any()):
+        context = (
+            f"the text encoder's {context_length}-token context" if isinstance(context_length, int) else context_length
+        )
         warnings.warn(
-            f"some {what} are longer than the text encoder's {context_length}-token context and were truncated "
-            f"(`truncated_tokens` counts the dropped tokens of each item): {TRUNCATION_FIX}",
+            f"some {what} are longer than {context} and were truncated "
+            f"(`truncated_tokens` counts the dropped tokens of each item): {fix}",
             LongCaptionWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
 
 
@@ -643,16 +654,20 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         return output
 
     def count_truncation(
-        self, candidates: list[str], references: list[list[str]] | None, prompt_prefix: str | None = None
+        self,
+        candidates: list[str],
+        references: list[list[str]] | None,
+        prompt_prefix: str | None = None,
+        fix: str = TRUNCATION_FIX,
     ) -> tuple[torch.LongTensor, torch.LongTensor | None]:
         """Tokens each candidate loses to truncation, and those its references lose (summed per item; `None`
-        without references); one `LongCaptionWarning` naming the fix for each kind of text that lost any."""
+        without references); one `LongCaptionWarning` naming `fix` for each kind of text that lost any."""
         truncated = self.truncated_tokens(candidates, prompt_prefix)
-        warn_truncation(truncated, self.config.max_text_length)
+        warn_truncation(truncated, self.config.max_text_length, fix=fix)
         if references is None:
             return truncated, None
         per_reference = self.truncated_tokens([text for item in references for text in item], prompt_prefix)
-        warn_truncation(per_reference, self.config.max_text_length, "references")
+        warn_truncation(per_reference, self.config.max_text_length, "references", fix=fix)
         owner = torch.tensor([item for item, texts in enumerate(references) for _ in texts], dtype=torch.long)
         return truncated, torch.zeros(len(candidates), dtype=torch.long).index_add(0, owner, per_reference)
 

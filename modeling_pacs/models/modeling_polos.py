@@ -32,6 +32,7 @@ from .configuration_polos import POLOS_MODES, PolosConfig
 from .fast_clip import FastEncoderSlot
 from .fast_polos import FastPolosHead, FastRoberta
 from .inputs import (
+    SHORTEN_FIX,
     ImageInput,
     check_captions,
     check_media_count,
@@ -76,6 +77,12 @@ class PolosScoreOutput(ModelOutput):
             References each item used (`"official"` mode cuts a chunk to its smallest reference count).
         mode (`str`):
             `"per_item"` or `"official"`.
+        truncated_tokens (`torch.LongTensor` of shape `(num_items,)`):
+            Tokens of each candidate that CLIP's text encoder did not read (past its 77-token context, the prompt
+            prefix and special tokens included; 0 for a caption that fits). RoBERTa reads every token (it refuses
+            captions over its 512 positions instead of cutting them).
+        truncated_reference_tokens (`torch.LongTensor` of shape `(num_items,)`):
+            The same, summed over the references each item used.
     """
 
     scores: torch.FloatTensor | None = None
@@ -83,6 +90,8 @@ class PolosScoreOutput(ModelOutput):
     reference_scores: list | None = None
     num_references_used: torch.LongTensor | None = None
     mode: str | None = None
+    truncated_tokens: torch.LongTensor | None = None
+    truncated_reference_tokens: torch.LongTensor | None = None
 
 
 class PolosScalarMix(nn.Module):
@@ -160,6 +169,9 @@ class PolosModel(PolosPreTrainedModel):
     >>> out.scores, out.mean_score
     ```
     """
+
+    # What the warning and the command lines advise for captions past CLIP's context (Polos has no piecewise mode).
+    truncation_fix = SHORTEN_FIX
 
     def __init__(self, config: PolosConfig):
         super().__init__(config)
@@ -341,7 +353,9 @@ class PolosModel(PolosPreTrainedModel):
             image_batch_size, text_batch_size: encoder batch sizes (do not change per-item scores).
 
         Returns:
-            [`PolosScoreOutput`][modeling_pacs.PolosScoreOutput] with per-item scores and their mean.
+            [`PolosScoreOutput`][modeling_pacs.PolosScoreOutput] with per-item scores and their mean, and the tokens
+            CLIP's text encoder dropped from each candidate and its references (`truncated_tokens`,
+            `truncated_reference_tokens`; one `LongCaptionWarning` per kind of text when any was cut).
         """
         mode = mode or self.config.mode
         if mode not in POLOS_MODES:
@@ -395,12 +409,16 @@ class PolosModel(PolosPreTrainedModel):
             ).cpu()
         scores = max_by_owner(pair, owner_tensor, len(candidates))
         counts = torch.tensor([len(item_references) for item_references in references], dtype=torch.long)
+        # CLIP's text features read the first 77 tokens; RoBERTa read everything (`tokenize_sentences` refuses more).
+        truncated, truncated_references = self.clip_encoder.count_truncation(candidates, references, fix=SHORTEN_FIX)
         return PolosScoreOutput(
             scores=scores,
             mean_score=mean_or_nan(scores),
             reference_scores=[part.tolist() for part in torch.split(pair, counts.tolist())],
             num_references_used=counts,
             mode=mode,
+            truncated_tokens=truncated,
+            truncated_reference_tokens=truncated_references,
         )
 
     def encode_official_chunks(

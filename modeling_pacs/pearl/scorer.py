@@ -5,7 +5,10 @@ Input policies (documented, logged):
   (`pearl_estimator.py:517-534`), and a warning names how many items were cut;
 - an empty (or blank) candidate: scored as Pearl's extractors score it (BLIP-2 / Stella see "[EMPTY]", CLIP sees the
   prompt alone), with a warning naming the items;
-- an item with an empty reference list is scored reference-free (Pearl is reference-flexible).
+- an item with an empty reference list is scored reference-free (Pearl is reference-flexible);
+- a caption longer than an encoder's text context (CLIP 77 tokens, BLIP-2 32, BEiT-3 77, Stella 512) is truncated by
+  that encoder, as in Pearl's extractors: `truncated_tokens` counts, per item, the most tokens any encoder dropped
+  (`truncated_tokens_by_encoder` gives each encoder's count) and one `LongCaptionWarning` names the fix.
 """
 
 import logging
@@ -13,8 +16,16 @@ from pathlib import Path
 
 import torch
 
-from ..models.inputs import ImageInput, check_captions, check_media_count, check_references, deduplicate, image_key
-from ..models.modeling_pacs import PACSScoreOutput
+from ..models.inputs import (
+    SHORTEN_FIX,
+    ImageInput,
+    check_captions,
+    check_media_count,
+    check_references,
+    deduplicate,
+    image_key,
+)
+from ..models.modeling_pacs import PACSScoreOutput, warn_truncation
 from ..models.modeling_pearl import PearlModel
 from ..models.scoring import mean_or_nan
 from .features import assemble_batch
@@ -51,6 +62,9 @@ class PearlScorer:
     >>> out.scores, out.ref_scores  # Pearl-img (reference-free) and Pearl (Eq. 3)
     ```
     """
+
+    # What the warning and the command lines advise for captions past an encoder's context (no piecewise mode).
+    truncation_fix = SHORTEN_FIX
 
     def __init__(self, model: PearlModel, encoders: dict, batch_size: int = 64):
         missing = [name for name in model.config.encoder_names if name not in encoders]
@@ -113,6 +127,48 @@ class PearlScorer:
             "text_features": text_features,
         }
 
+    def truncated_tokens_by_encoder(self, texts: list[str]) -> dict[str, torch.LongTensor]:
+        """For each encoder (by name), the tokens of each text its `encode_text` does not read (past its context; 0
+        when the text fits). Encoders without a `truncated_tokens` method are left out."""
+        unique, index, _ = deduplicate(list(texts), lambda text: text)
+        return {
+            name: encoder.truncated_tokens(unique)[index]
+            for name, encoder in self.encoders.items()
+            if hasattr(encoder, "truncated_tokens")
+        }
+
+    def truncated_tokens(self, texts: list[str]) -> torch.LongTensor:
+        """Per text, the most tokens any encoder drops (the maximum of `truncated_tokens_by_encoder`)."""
+        by_encoder = self.truncated_tokens_by_encoder(texts)
+        if not by_encoder:
+            return torch.zeros(len(texts), dtype=torch.long)
+        return torch.stack(list(by_encoder.values())).amax(dim=0)
+
+    def count_truncation(
+        self, candidates: list[str], references: list[list[str]] | None
+    ) -> tuple[torch.LongTensor, torch.LongTensor | None]:
+        """Per item, the most tokens of the candidate any encoder drops, and the same for its references, summed over
+        them (`None` without references); one `LongCaptionWarning` for each kind of text that lost any, naming the
+        encoders that cut and their contexts."""
+        flat_references = [text for item in references or [] for text in item]
+        by_encoder = self.truncated_tokens_by_encoder(list(candidates) + flat_references)
+        if by_encoder:
+            per_text = torch.stack(list(by_encoder.values())).amax(dim=0)
+        else:
+            per_text = torch.zeros(len(candidates) + len(flat_references), dtype=torch.long)
+        parts = {"captions": slice(0, len(candidates)), "references": slice(len(candidates), None)}
+        for what, rows in parts.items():
+            cutting = [name for name, counts in by_encoder.items() if bool((counts[rows] > 0).any())]
+            contexts = ", ".join(context_of(name, self.encoders[name]) for name in cutting)
+            context = f"the text encoders' contexts ({contexts})"
+            warn_truncation(per_text[rows], context, what, fix=SHORTEN_FIX)
+        truncated = per_text[: len(candidates)]
+        if references is None:
+            return truncated, None
+        owner = torch.tensor([item for item, texts in enumerate(references) for _ in texts], dtype=torch.long)
+        per_item = torch.zeros(len(candidates), dtype=torch.long).index_add(0, owner, per_text[len(candidates) :])
+        return truncated, per_item
+
     def score_features(self, encoded: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """`(img_score, score)` for every item, run through the model `batch_size` items at a time."""
         num_items = next(iter(encoded["candidate_features"].values())).shape[0]
@@ -143,7 +199,8 @@ class PearlScorer:
     ) -> PACSScoreOutput:
         """Pearl scores: `scores` is the reference-free Pearl (the image head), `ref_scores` Eq. 3 with references.
 
-        Keyword arguments of `PACSModel.score` (batch sizes, progress) are accepted and ignored.
+        Keyword arguments of `PACSModel.score` (batch sizes, progress) are accepted and ignored. `truncated_tokens`
+        and `truncated_reference_tokens` count the caption tokens the encoders dropped (`count_truncation`).
         """
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
@@ -162,7 +219,15 @@ class PearlScorer:
         if references is not None:
             output.ref_scores = scores
             output.mean_ref_score = mean_or_nan(scores)
+        output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(candidates, references)
         return output
+
+
+def context_of(name: str, encoder) -> str:
+    """`"blip2 32 tokens"`: an encoder's name and text context, for the truncation warning (the name alone for an
+    encoder that does not state its context)."""
+    length = getattr(encoder, "max_text_length", None)
+    return name if length is None else f"{name} {length} tokens"
 
 
 def move_to(batch, device):

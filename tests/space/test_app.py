@@ -972,3 +972,22 @@ def test_truncated_captions_are_noted_under_the_result(app):
     assert "1 caption(s) are longer than the text encoder's context (77 tokens for CLIP) and were truncated" in summary
     short = app.score_request(app.ScoreRequest(request.image, ["a red circle"], []), models)
     assert "truncated" not in app.summary_text(short, models, random_weights=True)
+
+
+@pytest.mark.filterwarnings("ignore:some .* are longer than the text encoder")
+@pytest.mark.parametrize("model_name", ["tiny:polos", "tiny:pearl"])
+def test_truncated_captions_of_polos_and_pearl_are_noted_with_their_fix(app, model_name):
+    from modeling_pacs.models.inputs import SHORTEN_FIX
+
+    model = load_model(model_name, device="cpu")
+    long_caption = " ".join(f"Part {index} shows a red circle on a plain white background." for index in range(9))
+    image = PIL.Image.new("RGB", (8, 8))
+    request = app.ScoreRequest(image=image, captions=["a red circle", long_caption], references=["a circle"])
+    models = app.ScoringModels(clip_s=None, pac_s=model)
+    summary = app.summary_text(app.score_request(request, models), models, random_weights=True)
+    assert (
+        "1 caption(s) are longer than a text encoder's context and were truncated: their scores read only the first "
+        f"tokens ({SHORTEN_FIX})."
+    ) in summary
+    short = app.score_request(app.ScoreRequest(image, ["a red circle"], ["a circle"]), models)
+    assert "truncated" not in app.summary_text(short, models, random_weights=True)
