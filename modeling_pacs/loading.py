@@ -10,7 +10,8 @@ import logging
 import torch
 
 from .extras import require
-from .models.artifacts import check_model_directory
+from .models.artifacts import CorruptArtifactError, check_model_directory
+from .models.backbones import backbone_family
 from .models.modeling_pacs import PACSModel
 from .models.modeling_polos import PolosModel
 from .pacs.loading import DTYPES, check_dtype, load_pacs_model, place, plain_model_type, resolve_device
@@ -47,13 +48,31 @@ def load_model(
         backbone, variant = tiny
         model = str(tiny_model_directory(variant, backbone))
     name_or_path = PRETRAINED_MODELS.get(model, model)
-    check_model_directory(name_or_path)  # a damaged file of a local directory is named before anything reads it
+    try:
+        check_model_directory(name_or_path)  # a damaged file of a local directory is named before anything reads it
+    except CorruptArtifactError:
+        refuse_unsupported_model_type(name_or_path)  # what the config says is refused first, weights or not
+        raise
     model_type = plain_model_type(name_or_path)
     if model_type == "pearl":
         return _load_pearl(name_or_path, device, dtype)
     if model_type == "polos":
         return place(PolosModel.from_pretrained(name_or_path, dtype=torch.float32), device, dtype)
     return load_pacs_model(name_or_path, device, dtype)
+
+
+# the package's own model types; any other config is a backbone PAC-S++ wraps (CLIP, SigLIP) or cannot wrap
+KNOWN_MODEL_TYPES = {"pac_s_pp", "polos", "pearl", "pacs_captioner"}
+
+
+def refuse_unsupported_model_type(name_or_path: str) -> None:
+    """A readable config naming a model this package cannot score (e.g. SigLIP 2 NaFlex) is refused for that reason,
+    before any complaint about the directory's other files: fixing those would not make it load."""
+    model_type = plain_model_type(name_or_path)
+    if model_type is not None and model_type not in KNOWN_MODEL_TYPES:
+        from transformers import AutoConfig
+
+        backbone_family(AutoConfig.from_pretrained(name_or_path))  # raises for what PAC-S++ cannot wrap
 
 
 def _load_pearl(name_or_path: str, device: str | None, dtype: str | None):

@@ -7,7 +7,7 @@ import numpy as np
 import PIL.Image
 import torch
 
-from ..models.inputs import ImageInput, load_image
+from ..models.inputs import ImageInput, load_image, untruncated_token_ids
 
 # Pearl's extractors replace empty captions with this for BLIP-2, BEiT-3 and Stella (docs/spec/pearl.md#encoders).
 EMPTY_TEXT = "[EMPTY]"
@@ -75,7 +75,7 @@ def token_counts(tokenizer, texts: list[str]) -> torch.LongTensor:
     """The untruncated number of tokens of each text, special tokens included."""
     if not texts:
         return torch.zeros(0, dtype=torch.long)
-    ids = tokenizer(list(texts), truncation=False, padding=False, verbose=False)["input_ids"]
+    ids = untruncated_token_ids(tokenizer, texts)
     return torch.tensor([len(row) for row in ids], dtype=torch.long)
 
 

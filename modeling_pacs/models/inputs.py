@@ -5,6 +5,7 @@ exactly as torchvision's `Resize` / `CenterCrop` / `ToTensor` / `Normalize` do i
 `CLIPImageProcessor` crops with `int()` where torchvision rounds, so it differs by one pixel row on some sizes.
 """
 
+import copy
 import functools
 import hashlib
 import html
@@ -12,6 +13,8 @@ import importlib.util
 import io
 import os
 import re
+import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
@@ -729,7 +732,33 @@ def check_media_count(media: list, candidates: list[str], kind: str = "image", w
         )
 
 
+# ------------------------------------------------------------------------------------------------ token counting
+# A fast tokenizer keeps its truncation and padding settings in state that every call rewrites when they differ from
+# the last call's. Scoring tokenizes with the encoder's settings (padded, cut at the context); counting needs nothing
+# cut or padded. Were both done on one tokenizer, a count on one thread could rewrite the settings while scoring
+# tokenizes on another, and scoring would get a ragged or uncut batch (the Space scores requests on several threads).
+# So every call with other settings than the encoder's goes to a private copy of the tokenizer, which only ever
+# runs with these: `untruncated_token_ids` is the one door.
+_COUNTING_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_COUNTING_LOCK = threading.Lock()
+
+
+def untruncated_token_ids(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
+    """The token ids of each text with nothing cut or padded, from a private copy of `tokenizer` (see above), so
+    that counting never changes the settings scoring runs with, on any thread."""
+    with _COUNTING_LOCK:
+        counting = _COUNTING_TOKENIZERS.get(tokenizer)
+        if counting is None:
+            counting = _COUNTING_TOKENIZERS[tokenizer] = copy.deepcopy(tokenizer)
+    if not texts:
+        return []
+    return counting(list(texts), truncation=False, padding=False, add_special_tokens=add_special_tokens, verbose=False)[
+        "input_ids"
+    ]
+
+
 __all__ = [
+    "untruncated_token_ids",
     "ACCEPTED_DTYPES",
     "ARRAY_LAYOUTS",
     "PIXEL_RULES",

@@ -42,6 +42,7 @@ from .inputs import (
     prefetch_batches,
     prepare_caption,
     sentence_starts,
+    untruncated_token_ids,
 )
 from .scoring import (
     cosine_similarity,
@@ -433,9 +434,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         """How many tokens each caption has before truncation, special tokens and the prompt prefix included."""
         if not captions:
             return torch.zeros(0, dtype=torch.long)
-        token_ids = self.tokenizer(
-            self.prepare_texts(captions, prompt_prefix), truncation=False, padding=False, verbose=False
-        )["input_ids"]
+        token_ids = untruncated_token_ids(self.tokenizer, self.prepare_texts(captions, prompt_prefix))
         return torch.tensor([len(ids) for ids in token_ids], dtype=torch.long)
 
     def truncated_tokens(self, captions: list[str], prompt_prefix: str | None = None) -> torch.LongTensor:
@@ -451,7 +450,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         """
         counts = self.count_tokens(captions, prompt_prefix).tolist()
         prefix = self.config.prompt_prefix if prompt_prefix is None else prompt_prefix
-        prefix_tokens = len(self.tokenizer(self.prepare_texts([""], prefix)[0], add_special_tokens=False)["input_ids"])
+        prefix_tokens = len(
+            untruncated_token_ids(self.tokenizer, self.prepare_texts([""], prefix), add_special_tokens=False)[0]
+        )
         capacity = self.config.max_text_length - self.tokenizer.num_special_tokens_to_add() - prefix_tokens
         if capacity < 1:
             raise ValueError(
@@ -464,7 +465,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             pieces, dropped = [], 0
             if count > self.config.max_text_length:
                 spaced = [word if index == 0 else " " + word for index, word in enumerate(words)]
-                word_ids = self.tokenizer(self.prepare_texts(spaced, ""), add_special_tokens=False)["input_ids"]
+                word_ids = untruncated_token_ids(
+                    self.tokenizer, self.prepare_texts(spaced, ""), add_special_tokens=False
+                )
                 word_tokens = [len(ids) for ids in word_ids]
                 pieces, dropped = plan_caption_pieces(word_tokens, sentence_starts(words), capacity)
             if len(pieces) <= 1:

@@ -40,6 +40,7 @@ from .inputs import (
     check_references,
     deduplicate,
     image_key,
+    untruncated_token_ids,
 )
 from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
 from .scoring import (
@@ -246,7 +247,7 @@ class PolosModel(PolosPreTrainedModel):
             )
         if not texts:
             return []
-        ids = self.text_tokenizer(texts, truncation=False, verbose=False)["input_ids"]
+        ids = untruncated_token_ids(self.text_tokenizer, texts)
         limit = self.config.max_text_tokens
         for label, text, token_ids in zip(labels, texts, ids):
             if len(token_ids) > limit:

@@ -439,6 +439,11 @@ ALLOWED_DECODING = {
     ("modeling_pacs/encoders/base.py", "np.asarray(image"): (1, "the pixels of an image load_image returned"),
     ("modeling_pacs/captioning/grpo.py", "Image.fromarray("): (1, "random uint8 smoke images it makes, not inputs"),
     ("space/app.py", "Image.open("): (1, "the header only, for the size limits, before load_image decodes it"),
+    ("modeling_pacs/data/validation.py", "Image.open("): (
+        1,
+        "training data's up-front decodability check (a reduced JPEG draft decode whose pixels are discarded); "
+        "the collators decode with load_image",
+    ),
 }
 
 
