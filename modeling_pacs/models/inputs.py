@@ -738,7 +738,8 @@ def check_media_count(media: list, candidates: list[str], kind: str = "image", w
 # cut or padded. Were both done on one tokenizer, a count on one thread could rewrite the settings while scoring
 # tokenizes on another, and scoring would get a ragged or uncut batch (the Space scores requests on several threads).
 # So every call with other settings than the encoder's goes to a private copy of the tokenizer, which only ever
-# runs with these: `untruncated_token_ids` is the one door.
+# runs with these: `untruncated_token_ids` is the one door. (Slow, Python tokenizers keep no such state, and some
+# cannot be copied once their vocabulary file is gone: they are used as they are.)
 _COUNTING_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 _COUNTING_LOCK = threading.Lock()
 
@@ -746,10 +747,12 @@ _COUNTING_LOCK = threading.Lock()
 def untruncated_token_ids(tokenizer, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[int]]:
     """The token ids of each text with nothing cut or padded, from a private copy of `tokenizer` (see above), so
     that counting never changes the settings scoring runs with, on any thread."""
-    with _COUNTING_LOCK:
-        counting = _COUNTING_TOKENIZERS.get(tokenizer)
-        if counting is None:
-            counting = _COUNTING_TOKENIZERS[tokenizer] = copy.deepcopy(tokenizer)
+    counting = tokenizer
+    if getattr(tokenizer, "is_fast", False):  # slow (Python) tokenizers cut and pad per call: nothing is shared
+        with _COUNTING_LOCK:
+            counting = _COUNTING_TOKENIZERS.get(tokenizer)
+            if counting is None:
+                counting = _COUNTING_TOKENIZERS[tokenizer] = copy.deepcopy(tokenizer)
     if not texts:
         return []
     return counting(list(texts), truncation=False, padding=False, add_special_tokens=add_special_tokens, verbose=False)[
