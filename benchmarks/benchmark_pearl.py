@@ -298,7 +298,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=8, help="samples per measurement (> 0)")
     parser.add_argument("--references", type=int, default=5, help="references per sample (1..5)")
-    parser.add_argument("--batch-size", type=int, default=16, help="Pearl head batch (> 0)")
+    parser.add_argument("--batch-size", type=int, default=64, help="Pearl head batch (> 0; 64, as PearlScorer scores)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved timed rounds, best kept (> 0)")
     parser.add_argument("--encoders", choices=["full", "tiny", "none"], default="full", help="end-to-end encoders")
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's, one per core)")
