@@ -28,7 +28,7 @@ from modeling_pacs.pearl.training import (
     new_pearl_model,
     pearl_training_arguments,
 )
-from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths, validate_rows
+from modeling_pacs.supervised.data import LAYOUTS, RowError, in_split, read_rows, split_paths, validate_rows
 
 from .arguments import add_example, exits_on_missing_extra
 
@@ -66,10 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         paths = split_paths(args.data, args.layout)
         if not {"train", "val"} <= set(paths):
             parser.error(f"{args.data} needs {args.layout}_train.csv and {args.layout}_val.csv")
-        splits = {
-            split: validate_rows(read_rows(paths[split], args.layout), paths[split].name, split, args.layout)
-            for split in ("train", "val")
-        }
+        splits = {}
+        for split in ("train", "val"):
+            try:
+                rows = read_rows(paths[split], args.layout)
+            except RowError as error:
+                raise in_split(error, split, paths[split]) from None
+            splits[split] = validate_rows(rows, paths[split].name, split, args.layout)
         cache = FeatureCache(args.cache)
         for split, rows in splits.items():
             check_rows_in_cache(rows, cache, paths[split].name, split, args.layout)

@@ -34,7 +34,7 @@ from modeling_pacs.polos.training import (
     read_polaris,
 )
 from modeling_pacs.supervised import EARLY_STOPPING
-from modeling_pacs.supervised.data import validate_rows
+from modeling_pacs.supervised.data import RowError, in_split, validate_rows
 
 
 @exits_on_missing_extra
@@ -69,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         for split, path in (("train", args.train), ("validation", args.validation)):
             check_data_path(path, f"--{split}")
             layout = "polaris_csv" if path.suffix.lower() == ".csv" else "polaris"
-            rows = read_polaris(path, args.image_root)
+            try:
+                rows = read_polaris(path, args.image_root)
+            except RowError as error:
+                raise in_split(error, split, path) from None
             splits[split] = validate_rows(rows, path.name, split, layout, True, args.skip_bad_images)
     except (ValueError, FileNotFoundError) as error:  # RowError, TrainingDataError
         raise SystemExit(f"train_polos: error: {error}") from None

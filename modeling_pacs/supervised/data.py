@@ -60,6 +60,15 @@ def row_error(source: str, row: int, column: str, problem: str) -> RowError:
     return RowError(f"{source}: row {row}, column '{column}': {problem}")
 
 
+def in_split(error: RowError, split: str, path: str | Path) -> RowError:
+    """A reader's `RowError` as a training command reports it: with the split and the fix, as every training-data
+    error is (`modeling_pacs.data.validation`)."""
+    return RowError(
+        f"{error} (split '{split}'). Fix: correct the file '{path}' as said, or drop the row, then rerun (the layouts' "
+        "columns and cell formats: docs/spec/pearl.md#data)"
+    )
+
+
 def check_target(value: Any, source: str, row: int, column: str, low: float = 0.0, high: float = 1.0) -> float:
     """A finite float within [low, high], or a `RowError` naming the row and column."""
     try:
@@ -289,6 +298,7 @@ __all__ = [
     "check_image",
     "check_references",
     "check_target",
+    "in_split",
     "read_rows",
     "row_error",
     "rows_from_records",

@@ -113,14 +113,16 @@ def supervised_case(folder: Path, case: str, file_name: str, image_column: str) 
              "mt": caption} for index, (image, caption) in enumerate(zip(images, CAPTIONS))]  # fmt: skip
     # `mt` last: a row cut short before it reads as None, the None caption of a CSV.
     fieldnames = [image_column, "refs", "score", "mt"]
-    where = (file_name, f"row {BAD_ROW}", "column 'mt'")
+    # every error names the file, the split, the row (where there is one) and the fix
+    where = (file_name, "split 'train'", f"row {BAD_ROW}", "column 'mt'", "Fix:")
     expected = {
         "truncated_image": (file_name, "split 'train'", f"row {BAD_ROW}", "img_2.jpg", "could not be decoded",
                             "--skip_bad_images"),
         "none_caption": (*where, "expected a string, got None"),
-        "empty_caption": (*where, "split 'train'", "the caption is empty", "Fix:"),
-        "missing_column": (file_name, "missing columns ['score']"),
-        "wrong_type": (file_name, f"row {BAD_ROW}", "column 'score'", "'abc' is not a number"),
+        "empty_caption": (*where, "the caption is empty"),
+        "missing_column": (file_name, "split 'train'", "missing columns ['score']", "Fix:"),
+        "wrong_type": (file_name, "split 'train'", f"row {BAD_ROW}", "column 'score'", "'abc' is not a number",
+                       "Fix:"),
         "empty_dataset": (file_name, "split 'train'", "has no rows", "Fix:"),
         "missing_path": ("does not exist",),
         "none": (),
