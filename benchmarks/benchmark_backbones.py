@@ -12,38 +12,23 @@ Rounds alternate between the two models so that load on a shared machine hits bo
 """
 
 import argparse
-import random
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from benchmarking_utils import positive_int, vit_b32_clip_config, vit_b32_siglip_config
-from PIL import Image
+from benchmarking_utils import (
+    make_workload,
+    positive_int,
+    vit_b32_clip_config,
+    vit_b32_siglip_config,
+    workload_columns,
+)
 
 from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.loading import resolve_device
 from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.testing.pacs import TINY_WORDS, build_siglip_tokenizer, make_tiny_model
-
-
-def make_workload(folder: Path, num_images: int, num_candidates: int, num_references: int, seed: int = 0):
-    """JPEG images of Flickr8k-like sizes and random captions over the tiny tokenizers' words."""
-    rng = random.Random(seed)
-    noise = np.random.default_rng(seed)
-    images, candidates, references = [], [], []
-    for index in range(num_images):
-        path = folder / f"{index:04d}.jpg"
-        width, height = rng.choice([(500, 375), (375, 500), (500, 333), (640, 480)])
-        base = noise.integers(0, 256, (height // 8, width // 8, 3), dtype=np.uint8)
-        Image.fromarray(base).resize((width, height), Image.BILINEAR).save(path, quality=90)
-        item_references = [" ".join(rng.choices(TINY_WORDS, k=rng.randint(8, 16))) for _ in range(num_references)]
-        for _ in range(num_candidates):
-            images.append(str(path))
-            candidates.append(" ".join(rng.choices(TINY_WORDS, k=rng.randint(6, 14))))
-            references.append(item_references)
-    return images, candidates, references
 
 
 def merged(model: PACSModel) -> PACSModel:
@@ -89,7 +74,9 @@ def main(argv: list[str] | None = None):
         print(f"{name:6s}: {parameters / 1e6:.1f} M parameters besides a {embedding / 1e6:.2f} M token embedding")
     best = {name: {"images": float("inf"), "texts": float("inf"), "score": float("inf")} for name in models}
     with tempfile.TemporaryDirectory() as directory:
-        images, candidates, references = make_workload(Path(directory), args.images, args.candidates, args.references)
+        images, candidates, references = workload_columns(
+            make_workload(Path(directory), args.images, args.candidates, args.references, words=TINY_WORDS)
+        )
         unique_images = list(dict.fromkeys(images))
         texts = list(dict.fromkeys(candidates + [text for group in references for text in group]))
         print(

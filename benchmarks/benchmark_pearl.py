@@ -44,6 +44,7 @@ from benchmarking_utils import (
     text_flops,
     vision_flops_per_image,
     vit_b32_clip_config,
+    workload_columns,
 )
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -341,9 +342,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         items = make_workload(folder, args.items, 1, args.references)
-        images = [item[0] for item in items]
-        candidates = [item[1] for item in items]
-        references = [item[2] for item in items]
+        images, candidates, references = workload_columns(items)
         vit_b32 = make_tiny_model(clip_config=vit_b32_clip_config()).eval()
         vit_b32.clip = vit_b32.peft_model.merge_and_unload()  # as PACSModel.from_pretrained does
         runs = {"RefPAC-S++ ViT-B/32": lambda: vit_b32.score(images, candidates, references, progress=False)}

@@ -35,6 +35,7 @@ from benchmarking_utils import (
     print_stage_table,
     profile_stages,
     vit_b32_clip_config,
+    workload_columns,
 )
 
 from modeling_pacs.cli.arguments import add_example
@@ -136,9 +137,7 @@ def main():
     print(f"load average before: {load_average()}")
     with tempfile.TemporaryDirectory() as directory:
         items = make_workload(Path(directory), args.images, args.candidates, args.references)
-        images = [path for path, _, _ in items]
-        candidates = [caption for _, caption, _ in items]
-        references = [refs for _, _, refs in items]
+        images, candidates, references = workload_columns(items)
         print(
             f"workload: {args.images} images x {args.candidates} candidates x {args.references} references = "
             f"{len(items)} samples; device={device}, threads={torch.get_num_threads()}, {weights}"

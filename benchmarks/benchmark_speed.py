@@ -49,6 +49,7 @@ from benchmarking_utils import (
     peak_rss_mib,
     profile_stages,
     vit_b32_clip_config,
+    workload_columns,
 )
 from PIL import Image
 
@@ -234,9 +235,7 @@ def build_official_model(official, state_dict: dict[str, torch.Tensor], device: 
 def official_scores(official, model, items, device: torch.device, w: float):
     """`compute_scores` of the official code: PACScore, then RefPACScore on its candidate features, then the
     harmonic mean. The official RefPACScore does not clip the reference term at 0 (Eq. 5 does): clipped here."""
-    images = [path for path, _, _ in items]
-    candidates = [caption for _, caption, _ in items]
-    references = [refs for _, _, refs in items]
+    images, candidates, references = workload_columns(items)
     transform = official.clip_lora._transform(224)
     _, scores, candidate_features, lengths = official.pac_score.PACScore(
         model, transform, images, candidates, str(device), w=w
@@ -329,9 +328,7 @@ def main():
 
     with tempfile.TemporaryDirectory() as directory:
         items = make_workload(Path(directory), args.images, args.candidates, args.references)
-        images = [path for path, _, _ in items]
-        candidates = [caption for _, caption, _ in items]
-        references = [refs for _, _, refs in items]
+        images, candidates, references = workload_columns(items)
         print(
             f"workload: {args.images} images x {args.candidates} candidates x {args.references} references "
             f"= {len(items)} items, device={device}, ours in {args.dtype}, threads={torch.get_num_threads()}"

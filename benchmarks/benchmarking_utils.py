@@ -70,7 +70,11 @@ WORDS = (
 ).split()
 
 
-def make_workload(folder: Path, num_images: int, num_candidates: int, num_references: int, seed: int = 0):
+def make_workload(
+    folder: Path, num_images: int, num_candidates: int, num_references: int, seed: int = 0, words: list[str] = WORDS
+):
+    """JPEG images of Flickr8k-like sizes (written to `folder`) and random captions over `words`: one
+    `(image path, candidate, references)` per candidate, the references shared by an image's candidates."""
     rng = random.Random(seed)
     noise = np.random.default_rng(seed)
     items = []
@@ -79,10 +83,15 @@ def make_workload(folder: Path, num_images: int, num_candidates: int, num_refere
         width, height = rng.choice([(500, 375), (375, 500), (500, 333), (640, 480)])
         base = noise.integers(0, 256, (height // 8, width // 8, 3), dtype=np.uint8)
         Image.fromarray(base).resize((width, height), Image.BILINEAR).save(path, quality=90)
-        references = [" ".join(rng.choices(WORDS, k=rng.randint(8, 16))) for _ in range(num_references)]
+        references = [" ".join(rng.choices(words, k=rng.randint(8, 16))) for _ in range(num_references)]
         for _ in range(num_candidates):
-            items.append((str(path), " ".join(rng.choices(WORDS, k=rng.randint(6, 14))), references))
+            items.append((str(path), " ".join(rng.choices(words, k=rng.randint(6, 14))), references))
     return items
+
+
+def workload_columns(items: list[tuple]) -> tuple[list[str], list[str], list[list[str]]]:
+    """`make_workload`'s items as the three lists `score` takes: images, candidates, references."""
+    return [path for path, _, _ in items], [caption for _, caption, _ in items], [refs for _, _, refs in items]
 
 
 def best_time(function, repeats: int, warmup: bool = False) -> tuple[float, object]:
