@@ -11,7 +11,13 @@ import scipy.stats
 from modeling_pacs.captioning.grammar import grammar_measures
 from modeling_pacs.loading import load_model
 from modeling_pacs.testing.pacs import make_tiny_model
-from tests.fixtures.benchmark_files import write_activitynet_foil, write_images, write_pascal50s, write_vatex_eval
+from tests.fixtures.benchmark_files import (
+    write_activitynet_foil,
+    write_crowdflower_json,
+    write_images,
+    write_pascal50s,
+    write_vatex_eval,
+)
 from tests.fixtures.helpers import assert_scores_close
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "evaluate_benchmarks.py"
@@ -41,20 +47,7 @@ def model(model_dir):
 @pytest.fixture(scope="module")
 def crowdflower_dir(tmp_path_factory) -> Path:
     """CF-shaped: 4 images x 6 judged captions drawn from one pool (texts repeat across images), 3 references each."""
-    root = tmp_path_factory.mktemp("cf")
-    rng = np.random.default_rng(0)
-    index = {}
-    for image in range(4):
-        candidates = [POOL[k] for k in rng.choice(len(POOL), 6, replace=False)]
-        index[f"img{image}.jpg"] = {
-            "image_id": f"img{image}.jpg",
-            "image_path": f"Flicker8k_Dataset/img{image}.jpg",
-            "ground_truth": [f"a photo of thing {image}", "an animal", f"something {image % 2}"],
-            "human_judgement": [{"caption": c, "rating": float(rng.integers(0, 4)) / 3} for c in candidates],
-        }
-    (root / "crowdflower_flickr8k.json").write_text(json.dumps(index))
-    write_images(root / "images", [f"img{image}.jpg" for image in range(4)], size=(48, 40))
-    return root
+    return write_crowdflower_json(tmp_path_factory.mktemp("cf"), images=4, captions_per_image=6, seed=0, pool=POOL)
 
 
 def run(*argv) -> dict:
