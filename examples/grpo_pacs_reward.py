@@ -23,7 +23,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from modeling_pacs.captioning.grpo import caption_prompts, grpo_trainer
 from modeling_pacs.cli.arguments import positive_int
 from modeling_pacs.loading import load_model
-from modeling_pacs.variants import DEFAULT_MODEL
+from modeling_pacs.registry import DEFAULT_MODEL
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,39 +1,46 @@
 """Load a scoring model by alias, Hub id or local path, on the chosen device and precision.
 
-`load_model` is the alias dispatcher of the package (the CLI, the `evaluate` module, the Space, corpus scoring and the
-benchmarks call it): an alias of `variants.py` or a Hub id or directory -> a PAC-S model (`pacs.loading`), a Polos
-model or a Pearl scorer, by the directory's `model_type`.
+`load_model` is the one door to every model metric (the CLI, the `evaluate` module, the Space, corpus scoring, the
+harness and the benchmarks call it): an alias of the registry, a tiny alias, a Hub id or a directory -> the
+directory's `model_type` -> its `MetricSpec` (`registry.py`) -> the spec's loader. No metric is named here.
 """
 
 import logging
 
-import torch
-
-from .extras import require
+from .errors import UnsupportedOptionError
+from .metric_spec import door_options
 from .models.artifacts import CorruptArtifactError, check_model_directory
-from .models.backbones import backbone_family
-from .models.modeling_pacs import PACSModel
-from .models.modeling_polos import PolosModel
-from .pacs.loading import DTYPES, check_dtype, load_pacs_model, place, plain_model_type, resolve_device
-from .variants import DEFAULT_MODEL, PRETRAINED_MODELS, parse_tiny_alias
+from .pacs.loading import DTYPES, check_dtype, plain_model_type, resolve_device
+from .registry import (
+    DEFAULT_MODEL,
+    METRICS,
+    MODEL_METRICS,
+    OTHER_MODEL_TYPES,
+    PRETRAINED_MODELS,
+    parse_tiny_alias,
+    spec_for_model_type,
+    spec_of,
+)
 
 logger = logging.getLogger(__name__)
 
+# `dtype` spellings -> the names `Capabilities.dtypes` uses
+CANONICAL_DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16",
+                    "bfloat16": "bf16"}  # fmt: skip
 
-def load_model(
-    model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None
-) -> "PACSModel | PolosModel | PearlScorer":  # noqa: F821 (PearlScorer is imported when a Pearl model is loaded)
-    """Load a scoring model from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory:
-    a `PACSModel` (PAC-S++, PAC-S, CLIP-S), a `PolosModel` or a `PearlScorer`, by the directory's `model_type`.
 
-    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`; `"tiny-siglip"`, `"tiny-siglip2"` for SigLIP backbones)
-    builds a random 32-dim model for offline smoke runs: its scores are meaningless, and a warning says so. Plain
-    CLIP checkpoints (model_type `clip`) give CLIP-S, and so do plain SigLIP ones (`google/siglip-base-patch16-224`,
-    `google/siglip2-base-patch16-224`) with SigLIP's own pipelines; SigLIP 2 NaFlex checkpoints are refused with an
-    explanation. `"tiny:polos"` builds a random Polos; Polos directories (model_type `polos`) load as `PolosModel`.
-    `"tiny:pearl"` builds a random Pearl; Pearl directories (model_type `pearl`) give a `PearlScorer` (`scores`:
-    Pearl-img, `ref_scores`: Pearl).
-    `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"`.
+def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None):
+    """Load a scoring model from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory,
+    by the `MetricSpec` of its config's `model_type` (`registry.METRICS`): a `PACSModel` (PAC-S++, PAC-S, CLIP-S), a
+    `PolosModel`, a `PearlScorer`, ...
+
+    `model="tiny"` (or `"tiny:clip_s"`, `"tiny:pac_s"`, `"tiny:polos"`, `"tiny:pearl"`; `"tiny-siglip"`,
+    `"tiny-siglip2"` for SigLIP backbones) builds a random model for offline smoke runs: its scores are meaningless,
+    and a warning says so. Plain CLIP checkpoints (model_type `clip`) give CLIP-S, and so do plain SigLIP ones
+    (`google/siglip-base-patch16-224`, `google/siglip2-base-patch16-224`) with SigLIP's own pipelines; SigLIP 2 NaFlex
+    checkpoints are refused with an explanation.
+    `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"` where the metric's
+    capabilities allow them.
     """
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")
@@ -54,48 +61,61 @@ def load_model(
         refuse_unsupported_model_type(name_or_path)  # what the config says is refused first, weights or not
         raise
     model_type = plain_model_type(name_or_path)
-    if model_type == "pearl":
-        return _load_pearl(name_or_path, device, dtype)
-    if model_type == "polos":
-        return place(PolosModel.from_pretrained(name_or_path, dtype=torch.float32), device, dtype)
-    return load_pacs_model(name_or_path, device, dtype)
-
-
-# the package's own model types; any other config is a backbone PAC-S++ wraps (CLIP, SigLIP) or cannot wrap
-KNOWN_MODEL_TYPES = {"pac_s_pp", "polos", "pearl", "pacs_captioner"}
+    if model_type in OTHER_MODEL_TYPES:
+        raise ValueError(
+            f"{name_or_path!r} is a {model_type} model, not a metric: load it with transformers' AutoModel; "
+            f"--model takes a metric ({', '.join(MODEL_METRICS)})"
+        )
+    # An unreadable config (a missing path, an unreachable Hub id) goes to the default family's loader, which explains.
+    spec = spec_for_model_type(model_type) or next(iter(MODEL_METRICS.values()))
+    if dtype is not None and CANONICAL_DTYPES[dtype] not in spec.capabilities.dtypes:
+        raise ValueError(
+            f"{spec.display_name} models run in {' or '.join(spec.capabilities.dtypes)} only, got dtype {dtype!r}"
+        )
+    return spec.load(name_or_path, device=device, dtype=dtype)
 
 
 def refuse_unsupported_model_type(name_or_path: str) -> None:
     """A readable config naming a model this package cannot score (e.g. SigLIP 2 NaFlex) is refused for that reason,
     before any complaint about the directory's other files: fixing those would not make it load."""
     model_type = plain_model_type(name_or_path)
-    if model_type is not None and model_type not in KNOWN_MODEL_TYPES:
+    if model_type is not None and model_type not in MODEL_METRICS and model_type not in OTHER_MODEL_TYPES:
         from transformers import AutoConfig
+
+        from .models.backbones import backbone_family
 
         backbone_family(AutoConfig.from_pretrained(name_or_path))  # raises for what PAC-S++ cannot wrap
 
 
-def _load_pearl(name_or_path: str, device: str | None, dtype: str | None):
-    """Pearl (model_type `pearl`): the head and its frozen encoders, as a `PearlScorer` with `score()`."""
-    if dtype not in (None, "fp32", "float32"):
-        raise ValueError(f"Pearl models run in fp32 only, got dtype {dtype!r}")
-    require("sentencepiece", "pearl", "Pearl")  # the XLM-R tokenizer of BEiT-3
-    from .pearl.scorer import PearlScorer
-
-    return PearlScorer.from_pretrained(name_or_path, device=str(resolve_device(device)))
-
-
 def long_captions_keyword(model, mode: str) -> dict:
-    """`{"long_captions": mode}` for `model.score` / `score_videos` of PAC-S-family models (CLIP-S, PAC-S, PAC-S++,
-    SigLIP, Long-CLIP); Polos and Pearl only truncate, so asking them for another mode is a `ValueError`."""
-    if hasattr(model, "split_long_captions"):
+    """`{"long_captions": mode}` for `score` / `score_videos` of a metric whose spec declares the option; a metric
+    that only truncates gets nothing, and asking it for another mode is an `UnsupportedOptionError`."""
+    spec = spec_of(model)
+    if "long_captions" in spec.capabilities.score_options:
         return {"long_captions": mode}
     if mode != "truncate":
-        raise ValueError(
-            f"long captions mode {mode!r} applies to CLIP-S, PAC-S, PAC-S++ and SigLIP models, not to "
-            f"{type(model).__name__}: leave it out"
+        able = [metric for other in METRICS.values() if mode in other.capabilities.long_caption_modes
+                for metric in other.metrics]  # fmt: skip
+        raise UnsupportedOptionError(
+            f"long captions mode {mode!r} applies to the metrics {', '.join(able)}, not to {spec.display_name}, "
+            "which only truncates: leave it out"
         )
     return {}
 
 
-__all__ = ["DEFAULT_MODEL", "DTYPES", "PRETRAINED_MODELS", "load_model", "long_captions_keyword", "resolve_device"]
+def score_options(model, long_captions: str = "truncate", **settings) -> dict:
+    """The keyword options of `model.score` for a door's settings (batch sizes, `progress`): a setting the model's
+    spec does not declare is left out, as it does not apply; a `long_captions` mode other than `"truncate"` is passed,
+    or refused by a metric that only truncates (`long_captions_keyword`)."""
+    return door_options(spec_of(model), settings, {}) | long_captions_keyword(model, long_captions)
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DTYPES",
+    "PRETRAINED_MODELS",
+    "load_model",
+    "long_captions_keyword",
+    "resolve_device",
+    "score_options",
+]

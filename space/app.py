@@ -34,11 +34,11 @@ from pathlib import Path
 
 import PIL.Image
 
-from modeling_pacs import PACSModel
+from modeling_pacs import PACSModel, results
 from modeling_pacs.extras import require
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import ImageInputError, load_image
-from modeling_pacs.variants import SPACE_CHOICES, tiny_alias
+from modeling_pacs.registry import SPACE_CHOICES, spec_of, tiny_alias
 
 gr = require("gradio", "demo", "The Space")
 pd = require("pandas", "demo", "The Space")
@@ -213,8 +213,12 @@ class ModelCache:
                 title="Unknown model",
             )
         pac_s = self.load_or_explain(str(Path(choice).expanduser()), label)
-        if pac_s.config.model_type == "pearl":  # a PearlScorer: Pearl-img and Pearl columns, no CLIP-S
-            return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason="Pearl models score on their own")
+        # A model names the CLIP it was trained from (`base_model_id`, Polos' `clip_model_id`); one naming none
+        # (Pearl, with its own CLIP among its encoders) scores on its own.
+        clip_model_id = getattr(pac_s.config, "base_model_id", None) or getattr(pac_s.config, "clip_model_id", None)
+        if clip_model_id is None:
+            reason = f"{spec_of(pac_s).display_name} models score on their own"
+            return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason=reason)
         if getattr(pac_s.config, "variant", None) == "clip_s":
             raise gr.Error(
                 f"'{shown(label)}' is a CLIP-S model: type the directory of a PAC-S or PAC-S++ model (CLIP-S is "
@@ -223,7 +227,7 @@ class ModelCache:
             )
         # A local PAC-S++ model names the CLIP it was trained from; CLIP-S uses that CLIP when it can be loaded.
         try:
-            clip_s = load_model(getattr(pac_s.config, "base_model_id", None) or pac_s.config.clip_model_id)  # Polos
+            clip_s = load_model(clip_model_id)
         except (OSError, ValueError) as error:
             reason = str(error) if self.allow_typed_paths else "its CLIP could not be loaded on this server"
             if not self.allow_typed_paths:
@@ -402,18 +406,18 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     """
     images = [request.image] * len(request.captions)
     references = [request.references] * len(request.captions) if request.references else None
-    free_name, ref_name = models.pac_s.config.score_names
-    if getattr(models.pac_s.config, "variant", None) == "polos" and references is None:
-        raise gr.Error("Polos is a reference-based metric: enter at least one reference", title="No references")
+    spec = spec_of(models.pac_s)
+    if spec.capabilities.needs_references and references is None:
+        raise gr.Error(
+            f"{spec.display_name} is a reference-based metric: enter at least one reference", title="No references"
+        )
     pac_s_output = models.pac_s.score(images, request.captions, references=references)
     table = pd.DataFrame({"caption": request.captions})
     if models.clip_s is not None:
         table[CLIP_S_NAME] = models.clip_s.score(images, request.captions).scores.tolist()
-    table[free_name] = pac_s_output.scores.tolist()
-    ranked_by = free_name
-    if getattr(pac_s_output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
-        table[ref_name] = pac_s_output.ref_scores.tolist()
-        ranked_by = ref_name
+    for column in results.score_columns(results.result_columns(models.pac_s, pac_s_output, spec)):
+        table[column.label] = column.values
+        ranked_by = column.label  # the last score: the reference-based one where references are given
     check_finite(table)
     table = table.sort_values(ranked_by, ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))

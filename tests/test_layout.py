@@ -136,11 +136,11 @@ def test_tiny_builders_are_reached_only_through_the_sanctioned_doors():
 
 
 def test_one_registry_of_hub_ids():
-    """The project's Hub ids appear as string constants only in the registry and in the remote-code defaults."""
-    from modeling_pacs.variants import PRETRAINED_MODELS
+    """The project's Hub ids appear as string constants only in the registry's specs and the remote-code defaults."""
+    from modeling_pacs.registry import PRETRAINED_MODELS
 
     ours = {hub_id for hub_id in PRETRAINED_MODELS.values() if hub_id.startswith("pacs-pp/")}
-    allowed = {PACKAGE / "variants.py", PACKAGE / "models" / "configuration_pearl.py"}
+    allowed = {*PACKAGE.glob("*/spec.py"), PACKAGE / "models" / "configuration_pearl.py"}
     for path in PACKAGE.rglob("*.py"):
         if path in allowed:
             continue
@@ -159,7 +159,8 @@ def test_one_registry_of_hub_ids():
 def test_the_remote_code_defaults_match_the_registry():
     from modeling_pacs.models.configuration_pacs import PACSConfig
     from modeling_pacs.models.configuration_pearl import DEFAULT_ENCODER_SPECS
-    from modeling_pacs.variants import DEFAULT_MODEL, OFFICIAL_VARIANTS, PRETRAINED_MODELS
+    from modeling_pacs.pacs.spec import OFFICIAL_VARIANTS
+    from modeling_pacs.registry import DEFAULT_MODEL, PRETRAINED_MODELS
 
     assert DEFAULT_ENCODER_SPECS["clip"]["path"] == PRETRAINED_MODELS[DEFAULT_MODEL]
     assert PACSConfig().base_model_id == OFFICIAL_VARIANTS[DEFAULT_MODEL].base_model_id

@@ -3,6 +3,7 @@
 import argparse
 import functools
 from collections.abc import Callable
+from pathlib import Path
 
 from ..extras import MissingExtraError
 
@@ -52,12 +53,14 @@ def add_long_captions_argument(parser: argparse.ArgumentParser):
     parser.add_argument("--long-captions", choices=("truncate", "chunks"), default="truncate", help=LONG_CAPTIONS_HELP)
 
 
-def long_captions_options(model, mode: str) -> dict:
-    """The `long_captions` keyword for `score` / `score_videos`; a `SystemExit` for models that only truncate."""
-    from ..loading import long_captions_keyword
+def long_captions_options(model, mode: str, **settings) -> dict:
+    """The options of `score` / `score_videos` for `--long-captions` and the command's other settings (batch sizes,
+    progress; those the model's spec does not declare are left out); a `SystemExit` for `--long-captions chunks` on a
+    model that only truncates."""
+    from ..loading import score_options
 
     try:
-        return long_captions_keyword(model, mode)
+        return score_options(model, mode, **settings)
     except ValueError as error:
         raise SystemExit(f"--long-captions: {error}") from None
 
@@ -81,6 +84,21 @@ def report_truncation(items: list[dict], output, what: str = "captions", fix: st
             f"than the text encoder's context and were truncated (column truncated_tokens): {fix or TRUNCATION_FIX}"
         )
     return count
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, head_dim: bool = True):
+    """`--output`, `--overwrite` (and `--head-dim`), the same for every converter."""
+    parser.add_argument("--output", required=True, type=Path, help="directory to write (empty unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing model directory")
+    if head_dim:
+        from ..pacs.convert import OPENAI_HEAD_DIM
+
+        parser.add_argument(
+            "--head-dim",
+            type=int,
+            default=OPENAI_HEAD_DIM,
+            help=f"attention head size used to derive head counts (default {OPENAI_HEAD_DIM}, as every released CLIP)",
+        )
 
 
 def docstring_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
@@ -120,6 +138,7 @@ __all__ = [
     "add_device_arguments",
     "add_example",
     "add_long_captions_argument",
+    "add_output_arguments",
     "docstring_parser",
     "exits_on_missing_extra",
     "long_captions_options",

@@ -8,7 +8,9 @@ import logging
 import shutil
 from pathlib import Path
 
+from ..metric_spec import resolve
 from ..output_paths import check_output_directory
+from ..registry import TINY_BACKBONES, TINY_SPECS, TINY_VARIANTS, parse_tiny_alias, tiny_alias
 from . import convert
 from .arguments import add_example, exits_on_missing_extra
 from .convert import CONVERTERS
@@ -37,10 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_example(tiny, "pacs-pp make-tiny tiny-model --variant pac_s_pp --backbone clip")
     tiny.add_argument("output", type=Path)
-    tiny.add_argument("--variant", choices=["pac_s_pp", "pac_s", "clip_s"], default="pac_s_pp")
+    tiny.add_argument("--variant", choices=TINY_VARIANTS, default=TINY_VARIANTS[0])
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
-    tiny.add_argument("--backbone", choices=["clip", "siglip", "siglip2"], default="clip", help="tiny towers' family")
+    tiny.add_argument(
+        "--backbone", choices=sorted(set(TINY_BACKBONES.values())), default="clip", help="tiny towers' family"
+    )
     for command, converter in CONVERTERS.items():
         convert.build_parser(command, commands.add_parser(command, help=converter.help))
     register = commands.add_parser(
@@ -68,15 +72,15 @@ def main(argv: list[str] | None = None):
         except (OSError, ValueError, TypeError) as error:
             raise SystemExit(f"pacs-pp score: error: {error}") from None
     elif args.command == "make-tiny":
-        from ..testing.pacs import make_tiny_model
-
         try:
             check_output_directory(args.output, overwrite=args.overwrite)
+            parse_tiny_alias(tiny_alias(args.variant, args.backbone))  # a backbone the variant's family has
         except ValueError as error:
             raise SystemExit(f"pacs-pp make-tiny: error: {error}") from None
         if args.output.is_dir() and any(args.output.iterdir()):
             shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
-        make_tiny_model(args.output, variant=args.variant, seed=args.seed, backbone=args.backbone)
+        builder = resolve(TINY_SPECS[args.variant].tiny.builder)  # a builder of `modeling_pacs.testing`
+        builder(args.output, variant=args.variant, backbone=args.backbone, seed=args.seed)
         print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
     elif args.command in CONVERTERS:
         return convert.run(args.command, args)

@@ -10,6 +10,8 @@ from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, 
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from ..output_paths import check_output_file
+from ..registry import TINY_ALIASES
+from ..results import result_columns
 from .arguments import (
     add_device_arguments,
     add_example,
@@ -32,8 +34,8 @@ Relative image paths are resolved against --image-root (default: the input file'
 --references FILE is a JSON {{image_path: [reference, ...]}} applied to every caption of that image.
 
 models: a local directory, a Hub id, or an alias: {", ".join(sorted(PRETRAINED_MODELS))};
-"tiny" (random weights, meaningless scores) for an offline smoke run.
-A Pearl model directory gives the columns Pearl-img (reference-free) and Pearl ("tiny:pearl" for a smoke run).
+for an offline smoke run, a tiny model (random weights, meaningless scores): {", ".join(TINY_ALIASES)}.
+The columns are the model's scores, named as its metric names them (e.g. PAC-S++ and RefPAC-S++).
 
 examples:
   pacs-score captions.json --output scores.json
@@ -138,24 +140,22 @@ def run_score(args: argparse.Namespace) -> dict:
         [item["image_path"] for item in items],
         [item["caption"] for item in items],
         references=[item["references"] for item in items] if with_references else None,
-        image_batch_size=args.batch_size,
-        text_batch_size=4 * args.batch_size,
-        progress=False if args.no_progress else None,
-        **long_captions_options(model, args.long_captions),
+        **long_captions_options(
+            model,
+            args.long_captions,
+            image_batch_size=args.batch_size,
+            text_batch_size=4 * args.batch_size,
+            progress=False if args.no_progress else None,
+        ),
     )
-    free_name, ref_name = model.config.score_names
-    names = [free_name]
-    means = {free_name: output.mean_score}
-    for item, score in zip(items, output.scores.tolist()):
-        item[free_name] = score
-    if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
-        names.append(ref_name)
-        means[ref_name] = output.mean_ref_score
-        for item, score in zip(items, output.ref_scores.tolist()):
-            item[ref_name] = score
+    names, means = [], {}
+    for column in result_columns(model, output):
+        names.append(column.label)
+        if column.is_score:
+            means[column.label] = column.mean
+        for item, value in zip(items, column.values, strict=True):
+            item[column.label] = value
     report_truncation(items, output, fix=getattr(model, "truncation_fix", None))
-    if getattr(output, "truncated_tokens", None) is not None:
-        names.append("truncated_tokens")
     if args.output:
         suffix = args.output.suffix.lower()
         text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)

@@ -57,6 +57,7 @@ from modeling_pacs.jobs import (
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
+from modeling_pacs.results import item_rows, result_columns, score_labels
 
 from .arguments import add_example, exits_on_missing_extra
 
@@ -118,24 +119,22 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             images,
             captions,
             references=references or None,
-            image_batch_size=args.batch_size,
-            text_batch_size=4 * args.batch_size,
-            progress=False,
-            **long_captions_options(model, args.long_captions),
+            **long_captions_options(
+                model,
+                args.long_captions,
+                image_batch_size=args.batch_size,
+                text_batch_size=4 * args.batch_size,
+                progress=False,
+            ),
         )
     except (OSError, ValueError, TypeError) as error:
         raise SystemExit(
             f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}; item i is row {first_row} + i): {error}. "
             "Finished shards are kept: fix the input and rerun the same command to resume"
         ) from None
-    free_name, ref_name = model.config.score_names
     results = []
-    for offset, row in enumerate(rows):
-        result = {"row": first_row + offset, free_name: float(output.scores[offset])}
-        if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
-            result[ref_name] = float(output.ref_scores[offset])
-        if getattr(output, "truncated_tokens", None) is not None:
-            result["truncated_tokens"] = int(output.truncated_tokens[offset])
+    for offset, (row, values) in enumerate(zip(rows, item_rows(result_columns(model, output)), strict=True)):
+        result = {"row": first_row + offset} | values
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
     return results
@@ -256,7 +255,7 @@ def run(args: argparse.Namespace) -> dict | None:
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    summary = merge_shards(job, reader.num_rows, args.model, model.config.score_names)
+    summary = merge_shards(job, reader.num_rows, args.model, score_labels(model))
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
     if summary.get("num_truncated"):

@@ -50,8 +50,8 @@ from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.loading import load_model
 from modeling_pacs.output_paths import check_output_directory
+from modeling_pacs.registry import ALIAS_VARIANTS, tiny_alias
 from modeling_pacs.tokenization import build_clip_tokenizer
-from modeling_pacs.variants import ALIAS_VARIANTS, tiny_alias
 
 logger = logging.getLogger("train_captioner")
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}

@@ -46,8 +46,8 @@ from modeling_pacs.pacs.training import (
     prepare_model_for_training,
     required_columns,
 )
+from modeling_pacs.registry import PRETRAINED_MODELS, parse_tiny_alias
 from modeling_pacs.tokenization import build_processor
-from modeling_pacs.variants import PRETRAINED_MODELS, parse_tiny_alias
 
 from .arguments import add_example, exits_on_missing_extra
 

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
-from ..loading import long_captions_keyword
+from ..loading import long_captions_keyword, score_options
 from ..models.inputs import check_positive_int
+from ..results import item_rows, result_columns, score_columns
 from .benchmark import Benchmark
 
 if TYPE_CHECKING:
@@ -104,17 +105,19 @@ def score_image_items(
                 [item["image"] for item in chunk],
                 [item["candidate"] for item in chunk],
                 [item["references"] for item in chunk],
-                image_batch_size=image_batch_size,
-                text_batch_size=text_batch_size,
-                progress=progress,
-                **long_captions_keyword(model, long_captions),
+                **score_options(
+                    model,
+                    long_captions,
+                    image_batch_size=image_batch_size,
+                    text_batch_size=text_batch_size,
+                    progress=progress,
+                ),
             )
-            # Polos is reference-based only: its one column is `score` (no `ref_scores`).
-            ref_scores = getattr(output, "ref_scores", None)
+            # the score columns by key (`score`, and `ref_score` where the metric has a reference-free score too)
+            values = item_rows(score_columns(result_columns(model, output)), by="key")
             rows = [
-                {"row": first + offset, "id": item["id"], "score": float(output.scores[offset])}
-                | ({} if ref_scores is None else {"ref_score": float(ref_scores[offset])})
-                for offset, item in enumerate(chunk)
+                {"row": first + offset, "id": item["id"]} | item_values
+                for offset, (item, item_values) in enumerate(zip(chunk, values, strict=True))
             ]
             if job is not None:
                 job.write_jsonl_shard(number, rows)

@@ -8,7 +8,9 @@ from pathlib import Path
 from ..caption_files import attach_references, read_items
 from ..captioning.grammar import grammar_measures
 from ..extras import MissingExtraError, require
-from ..variants import PAPER_NAMES
+from ..loading import score_options
+from ..registry import PAPER_NAMES
+from ..results import result_columns, score_columns
 from .benchmark import parse_named
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -69,14 +71,16 @@ def evaluate_systems(config, models: dict) -> dict:
                 [item["image_path"] for item in items],
                 [item["caption"] for item in items],
                 [item["references"] for item in items] if has_references else None,
-                image_batch_size=config.image_batch_size,
-                text_batch_size=config.text_batch_size,
-                progress=config.progress,
+                **score_options(
+                    model,
+                    image_batch_size=config.image_batch_size,
+                    text_batch_size=config.text_batch_size,
+                    progress=config.progress,
+                ),
             )
             label = PAPER_NAMES.get(name, name)
-            measures[label] = output.mean_score
-            if has_references:
-                measures[f"Ref{label}"] = output.mean_ref_score
+            for column in score_columns(result_columns(model, output)):
+                measures[label if column.key == "score" else f"Ref{label}"] = column.mean
         grammar = grammar_measures([item["caption"] for item in items])
         measures.update({f"Rep-{n}": grammar[f"rep_{n}"] for n in range(1, 5)})
         measures["%Incorrect"] = grammar["incorrect_percent"]

@@ -29,7 +29,7 @@ from modeling_pacs.models.inputs import (
 )
 from modeling_pacs.models.modeling_pacs import PACSModel
 from modeling_pacs.pacs.model_card import CITATION
-from modeling_pacs.variants import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
+from modeling_pacs.registry import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
 
 _CITATION = (
     CITATION

@@ -39,8 +39,8 @@ from ..models.configuration_pacs import PACSConfig
 from ..models.modeling_pacs import PACSModel
 from ..output_paths import check_output_directory, staged_directory
 from ..tokenization import build_clip_tokenizer, build_processor
-from ..variants import OFFICIAL_VARIANTS, OfficialVariant
 from .model_card import render_model_card
+from .spec import OFFICIAL_VARIANTS, OfficialVariant
 
 LORA_MODES = ("official", "full")
 # Official custom-loralib settings of PAC-S++ (docs/spec/pacs.md#checkpoints): rank from the tensors, alpha 1, so

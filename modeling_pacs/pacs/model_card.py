@@ -21,7 +21,8 @@ import yaml
 
 from ..models.backbones import backbone_family
 from ..models.modeling_pacs import PACSModel
-from ..variants import OFFICIAL_VARIANTS, PRETRAINED_MODELS, release_for_training
+from ..registry import PRETRAINED_MODELS
+from .spec import CITATION, OFFICIAL_VARIANTS, release_for_training
 
 if TYPE_CHECKING:
     from .training import TrainingRecipe
@@ -89,22 +90,6 @@ REPORTED_SOURCES = {
         OFFICIAL_CODE_URL,
     ),
 }
-
-CITATION = """\
-@article{sarto2025positive,
-  title={{Positive-Augmented Contrastive Learning for Vision-and-Language Evaluation and Training}},
-  author={Sarto, Sara and Moratelli, Nicholas and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
-  journal={International Journal of Computer Vision},
-  year={2025},
-  eprint={2410.07336},
-  archivePrefix={arXiv}
-}
-@inproceedings{sarto2023positive,
-  title={{Positive-Augmented Contrastive Learning for Image and Video Captioning Evaluation}},
-  author={Sarto, Sara and Barraco, Manuele and Cornia, Marcella and Baraldi, Lorenzo and Cucchiara, Rita},
-  booktitle={Proceedings of the IEEE/CVF Conference on Computer Vision and Pattern Recognition},
-  year={2023}
-}"""
 
 LORA_MODE_TEXT = {
     "official": (

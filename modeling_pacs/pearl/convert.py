@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from ..hub import save_remote_code_model
+from ..lightning_checkpoints import load_lightning_checkpoint, read_hparams
 from ..models.configuration_pearl import (
     DEFAULT_ENCODER_SPECS,
     DEFAULT_IMAGE_ENCODERS,
@@ -41,7 +42,6 @@ from ..models.configuration_pearl import (
 from ..models.modeling_pearl import PearlModel, sinusoidal_positions
 from ..output_paths import check_output_directory, staged_directory
 from ..pacs.convert import CheckpointError, layout_message
-from ..polos.convert import load_lightning_checkpoint, read_hparams
 
 # Pearl's adapter, DiffNet and HadamardNet of each (GEM, encoder) carry one index: mlpN, diff_feature_mlpN and
 # hadamard_netN (pearl_estimator.py:573-600 for the Img-GEM, :628-648 for the Ref-GEM).
@@ -268,11 +268,22 @@ def parse_hidden_sizes(hidden_sizes) -> list[int]:
         ) from None
 
 
+def other_converter_hint(model_class: str) -> str:
+    """`"; convert ... checkpoints with pacs-pp convert-..."` when `model_class` (hparams' `model`) names another
+    metric of the registry whose converter reads it; empty otherwise."""
+    from ..registry import MODEL_METRICS
+
+    for spec in MODEL_METRICS.values():
+        if spec.display_name in model_class and spec.converters:
+            return f"; convert {spec.display_name} checkpoints with pacs-pp {spec.converters[-1].command}"
+    return ""
+
+
 def check_pearl_hparams(hparams: dict) -> dict:
     """The settings that leave no trace in the weights, checked against what PearlModel computes."""
     model = hparams.get("model")
     if model is not None and str(model) != "PearlEstimator":
-        hint = "; convert Polos checkpoints with pacs-pp convert-polos" if "Polos" in str(model) else ""
+        hint = other_converter_hint(str(model))
         raise CheckpointError(
             f"hparams 'model' is {model!r}: this converter reads checkpoints of Pearl's PearlEstimator{hint}"
         )

@@ -195,12 +195,12 @@ class PearlScorer:
         images: list[ImageInput],
         candidates: list[str],
         references: list[list[str]] | None = None,
-        **unused,
     ) -> PACSScoreOutput:
         """Pearl scores: `scores` is the reference-free Pearl (the image head), `ref_scores` Eq. 3 with references.
 
-        Keyword arguments of `PACSModel.score` (batch sizes, progress) are accepted and ignored. `truncated_tokens`
-        and `truncated_reference_tokens` count the caption tokens the encoders dropped (`count_truncation`).
+        Pearl takes no score options (its encoder batch size is `batch_size` of the constructor): an option of
+        another metric (`long_captions`, `image_batch_size`, ...) is a `TypeError` naming it. `truncated_tokens` and
+        `truncated_reference_tokens` count the caption tokens the encoders dropped (`count_truncation`).
         """
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
@@ -221,6 +221,15 @@ class PearlScorer:
             output.mean_ref_score = mean_or_nan(scores)
         output.truncated_tokens, output.truncated_reference_tokens = self.count_truncation(candidates, references)
         return output
+
+
+def load_pearl_scorer(name_or_path: str, device: str | None = None, dtype: str | None = None) -> PearlScorer:
+    """The registry's loader for model_type `pearl`: the head and its frozen encoders, as a `PearlScorer` (fp32)."""
+    from ..extras import require
+    from ..pacs.loading import resolve_device
+
+    require("sentencepiece", "pearl", "Pearl")  # the XLM-R tokenizer of BEiT-3
+    return PearlScorer.from_pretrained(name_or_path, device=str(resolve_device(device)))
 
 
 def context_of(name: str, encoder) -> str:

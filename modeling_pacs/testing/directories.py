@@ -1,12 +1,13 @@
-"""The tiny models behind the `tiny*` aliases of `load_model`: built once per variant and backbone, cached on disk."""
+"""The tiny models behind the `tiny*` aliases of `load_model`: built once per variant and backbone, cached on disk,
+by the builder each family's `TinyModels` names in the registry."""
 
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from ..variants import TINY_SEED
-from . import pacs, pearl, polos
+from ..metric_spec import resolve
+from ..registry import TINY_SEED, TINY_SPECS
 
 
 def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> Path:
@@ -17,12 +18,7 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
     if not (directory / "config.json").is_file():
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
-        if variant == "polos":
-            polos.make_tiny_polos_model(temporary, seed=TINY_SEED)
-        elif variant == "pearl":
-            pearl.make_tiny_pearl(temporary, seed=TINY_SEED)
-        else:
-            pacs.make_tiny_model(temporary, variant=variant, seed=TINY_SEED, backbone=backbone)
+        resolve(TINY_SPECS[variant].tiny.builder)(temporary, variant=variant, backbone=backbone, seed=TINY_SEED)
         if not (temporary / "config.json").is_file():  # never publish a half-saved model into the cache
             shutil.rmtree(temporary)
             raise RuntimeError(

@@ -258,7 +258,13 @@ def make_tiny_model(
     return model
 
 
+def make_tiny(directory: str | Path, variant: str, backbone: str, seed: int) -> None:
+    """The registry's tiny builder of the PAC-S family (`TinyModels.builder`): a saved random model."""
+    make_tiny_model(directory, variant=variant, seed=seed, backbone=backbone)
+
+
 __all__ = [
+    "make_tiny",
     "build_siglip2_tokenizer",
     "build_siglip_tokenizer",
     "build_tokenizer",

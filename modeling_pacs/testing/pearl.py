@@ -193,4 +193,16 @@ def make_tiny_pearl(directory: str | Path, seed: int = 0) -> Path:
     return directory
 
 
-__all__ = ["make_tiny_beit3", "make_tiny_blip2", "make_tiny_pearl", "make_tiny_stella", "tiny_pearl_model_config"]
+def make_tiny(directory: str | Path, variant: str, backbone: str, seed: int) -> None:
+    """The registry's tiny builder of Pearl (`TinyModels.builder`): a saved random Pearl with its encoders."""
+    make_tiny_pearl(directory, seed=seed)
+
+
+__all__ = [
+    "make_tiny",
+    "make_tiny_beit3",
+    "make_tiny_blip2",
+    "make_tiny_pearl",
+    "make_tiny_stella",
+    "tiny_pearl_model_config",
+]

@@ -110,4 +110,9 @@ def make_tiny_polos_model(
     return model
 
 
-__all__ = ["build_tiny_roberta_tokenizer", "make_tiny_polos_model", "tiny_roberta_config"]
+def make_tiny(directory: str | Path, variant: str, backbone: str, seed: int) -> None:
+    """The registry's tiny builder of Polos (`TinyModels.builder`): a saved random Polos model."""
+    make_tiny_polos_model(directory, seed=seed)
+
+
+__all__ = ["make_tiny", "build_tiny_roberta_tokenizer", "make_tiny_polos_model", "tiny_roberta_config"]

@@ -1,0 +1,116 @@
+"""Read PyTorch Lightning 1.2 checkpoints safely: `torch.load(weights_only=True)` with the two Lightning callback
+names such files hold bound to empty placeholders, so nothing of Lightning is imported or run (docs/spec/polos.md
+#safe-loading). The supervised metrics trained with Lightning (Polos, Pearl, and the next ones of the same code
+lineage) read their checkpoints and `hparams.yaml` here.
+"""
+
+import os
+import pickle
+import re
+from pathlib import Path
+
+import torch
+import yaml
+
+from .models.artifacts import check_pickle_checkpoint
+from .pacs.convert import CheckpointError
+
+# Globals a Lightning 1.2 checkpoint names (callback states keyed by class), as (module, name).
+ALLOWED_LIGHTNING_GLOBALS = (
+    ("pytorch_lightning.callbacks.early_stopping", "EarlyStopping"),
+    ("pytorch_lightning.callbacks.model_checkpoint", "ModelCheckpoint"),
+)
+MAX_KEYS_SHOWN = 12
+
+
+def lightning_placeholders() -> list[type]:
+    """Empty classes standing in for the allow-listed Lightning callbacks; their bodies never run."""
+    placeholders = []
+    for module, name in ALLOWED_LIGHTNING_GLOBALS:
+        placeholder = type(name, (), {"__doc__": f"Placeholder for {module}.{name} (never instantiated)."})
+        placeholder.__module__ = module
+        placeholders.append(placeholder)
+    return placeholders
+
+
+def refused_globals(path: Path, error: Exception) -> list[str]:
+    """The globals beyond the allow-list that a refused pickle names (every one of them in a zip checkpoint)."""
+    named = set(re.findall(r"GLOBAL ([\w.]+)", str(error)))
+    if not named:
+        return []
+    allowed = {f"{module}.{name}" for module, name in ALLOWED_LIGHTNING_GLOBALS}
+    try:
+        named |= set(torch.serialization.get_unsafe_globals_in_checkpoint(path)) - allowed
+    except (RuntimeError, ValueError):  # the legacy (non-zip) format cannot be listed: keep the name torch gave
+        pass
+    return sorted(named)
+
+
+def lightning_checkpoint_fix(model_name: str) -> str:
+    return (
+        f"Pass the .ckpt file that {model_name}'s Lightning trainer saved; if it was downloaded or copied, the copy "
+        "may be truncated: fetch it again"
+    )
+
+
+def load_lightning_checkpoint(path: str | os.PathLike, model_name: str) -> dict:
+    """Read a Lightning 1.2 checkpoint of `model_name` (the metric, for messages) with `weights_only=True`, only the
+    two callback names of `ALLOWED_LIGHTNING_GLOBALS` allowed (as placeholders) and every tensor mapped to the CPU."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    # A text file, an empty or truncated file, a zip that is not torch's: named here, before torch.load.
+    check_pickle_checkpoint(path, f"{lightning_checkpoint_fix(model_name)}")
+    try:
+        with torch.serialization.safe_globals(lightning_placeholders()):
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch.load reports a damaged file as any of KeyError, EOFError, RuntimeError, ...
+        refused = refused_globals(path, error)
+        if refused:
+            raise CheckpointError(
+                f"refused to load '{path}': torch.load(weights_only=True) rejected it (it needs {', '.join(refused)}). "
+                f"A {model_name} Lightning checkpoint needs only tensors and the two Lightning callback names allowed "
+                "here; a pickle that needs other code could run it when loaded, so it is never fully unpickled."
+            ) from None
+        # weights_only wraps the unpickler's own message (kept as the context) in advice to unpickle fully.
+        inner = error.__context__ if isinstance(error, pickle.UnpicklingError) and error.__context__ else error
+        reason = str(inner).strip().splitlines()[0] if str(inner).strip() else "the file ended early"
+        raise CheckpointError(
+            f"'{path}' is not a readable PyTorch checkpoint ({type(inner).__name__}: {reason}). "
+            f"{lightning_checkpoint_fix(model_name)}."
+        ) from None
+    if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), dict):
+        found = sorted(map(str, checkpoint))[:MAX_KEYS_SHOWN] if isinstance(checkpoint, dict) else type(checkpoint)
+        raise CheckpointError(f"'{path}' is not a Lightning checkpoint: no 'state_dict' entry (found {found})")
+    return checkpoint
+
+
+def read_hparams(checkpoint_path: Path, hparams_path: str | os.PathLike | None, checkpoint: dict) -> dict:
+    """hparams.yaml (`--hparams`, else beside the checkpoint), else the checkpoint's `hyper_parameters`."""
+    path = Path(hparams_path) if hparams_path else checkpoint_path.parent / "hparams.yaml"
+    if path.is_file():
+        try:
+            hparams = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as error:
+            raise CheckpointError(f"'{path}' is not valid YAML: {error}") from None
+    elif hparams_path:
+        raise FileNotFoundError(f"hparams file '{path}' does not exist")
+    else:
+        hparams = checkpoint.get("hyper_parameters")
+        if not isinstance(hparams, dict):
+            raise CheckpointError(
+                f"no hparams: '{path}' does not exist and the checkpoint holds no 'hyper_parameters'; pass --hparams"
+            )
+    if not isinstance(hparams, dict):
+        raise CheckpointError(f"'{path}' does not hold a mapping of hyper-parameters")
+    return dict(hparams)
+
+
+__all__ = [
+    "ALLOWED_LIGHTNING_GLOBALS",
+    "lightning_checkpoint_fix",
+    "lightning_placeholders",
+    "load_lightning_checkpoint",
+    "read_hparams",
+    "refused_globals",
+]
