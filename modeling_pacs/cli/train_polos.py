@@ -26,6 +26,7 @@ from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.modeling_polos import PolosModel
 from modeling_pacs.polos.training import (
+    EARLY_STOPPING,
     NORMALIZATIONS,
     PolarisCollator,
     PolosTrainer,
@@ -33,7 +34,6 @@ from modeling_pacs.polos.training import (
     prepare_polos_for_training,
     read_polaris,
 )
-from modeling_pacs.supervised import EARLY_STOPPING
 from modeling_pacs.supervised.data import RowError, in_split, validate_rows
 
 

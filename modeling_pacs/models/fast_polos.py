@@ -2,7 +2,7 @@
 
 Polos reads one thing from its RoBERTa: the ScalarMix of the first (CLS) position, which needs, per layer and per
 sentence, the hidden state at that position and the sum and spread of all the sentence's real values
-(`scoring.SentenceStatistics`). The path computes exactly those:
+(`scoring_polos.SentenceStatistics`). The path computes exactly those:
 
 - the real tokens of a batch are packed into one `[tokens, width]` matrix: the projections, the MLP and the
   LayerNorms never see padding; attention unpacks the keys and values into the `[batch, length]` layout and packs
@@ -13,7 +13,7 @@ sentence, the hidden state at that position and the sum and spread of all the se
   (`[13, batch, length, 768]`) and normalised at every position;
 - the head's three matrices are packed too (`fast_clip.PackedTanhHead`).
 
-Sentence embeddings equal transformers' forward + `scoring.scalar_mix` within float rounding (scores within 1e-6,
+Sentence embeddings equal transformers' forward + `scoring_polos.scalar_mix` within float rounding (scores within 1e-6,
 `tests/models/test_fast_polos.py`). The packed matrices are a second copy of RoBERTa's and the head's weights (about
 470 MB for the released model), built on the first call and rebuilt when a weight changes. The path serves fp32 on
 CPU, post-norm BERT-style encoders with absolute positions and `gelu`, in eval mode without gradients; everything else
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .fast_clip import PackedLinear, PackedTanhHead, PackedTokens, packed_linear_available
-from .scoring import SentenceStatistics
+from .scoring_polos import SentenceStatistics
 
 
 class FastPostNormLayer:
@@ -54,7 +54,8 @@ class FastPostNormLayer:
 
 
 def packed_statistics(hidden: torch.Tensor, tokens: PackedTokens) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(sums, squares)` `[batch]` of one layer's packed `[tokens, D]` states (as `scoring.sentence_statistics`)."""
+    """`(sums, squares)` `[batch]` of one layer's packed `[tokens, D]` states (as
+    `scoring_polos.sentence_statistics`)."""
     zeros = hidden.new_zeros(tokens.batch)
     sums = zeros.index_add(0, tokens.sentence, hidden.sum(dim=1))
     mean = sums / (tokens.lengths.to(hidden.dtype) * hidden.shape[-1])

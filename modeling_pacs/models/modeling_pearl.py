@@ -20,7 +20,7 @@ from .artifacts import check_model_directory, explain_load_errors
 from .configuration_pearl import PearlConfig
 from .fast_clip import FastEncoderSlot
 from .fast_pearl import FastPearlHead
-from .scoring import fuse_pearl_scores, pearl_huber_loss
+from .scoring_pearl import fuse_pearl_scores, pearl_huber_loss
 
 
 @dataclass

@@ -3,7 +3,8 @@
 The whole model is in this file: CLIP features through the engine's PAC-S pipelines (`PACSModel.encode_images` /
 `encode_texts`: exact image pipeline, prefix "A photo depicts ", raw unnormalised features), SimCSE RoBERTa sentence
 embeddings (the CLS position of a 13-layer ScalarMix), the 6144-d feature vector, the MLP head with sigmoid and the
-max over references. The formulas are the pure functions of `scoring.py`; docs/spec/polos.md cites the official code.
+max over references. The formulas are the pure functions of `scoring_polos.py` (the max over references:
+`scoring.max_by_owner`); docs/spec/polos.md cites the official code.
 
 Batch dependence (docs/spec/polos.md#official-batching, docs/spec/polos.md#batch-modes). The official `predict`
 normalises RoBERTa states with statistics shared by a chunk of items, and cuts every item of a chunk to the chunk's
@@ -43,10 +44,9 @@ from .inputs import (
     untruncated_token_ids,
 )
 from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
-from .scoring import (
+from .scoring import max_by_owner, mean_or_nan
+from .scoring_polos import (
     SentenceStatistics,
-    max_by_owner,
-    mean_or_nan,
     polos_features,
     polos_head,
     scalar_mix,
@@ -97,7 +97,7 @@ class PolosScoreOutput(ModelOutput):
 
 class PolosScalarMix(nn.Module):
     """The learned mix of the sentence encoder's hidden states (docs/spec/polos.md#scalarmix); the math is
-    `scoring.scalar_mix`."""
+    `scoring_polos.scalar_mix`."""
 
     def __init__(self, num_layers: int, dropout: float):
         super().__init__()
@@ -109,7 +109,7 @@ class PolosScalarMix(nn.Module):
         return scalar_mix(hidden_states, attention_mask, self.mixing_weights(), self.gamma[0], groups)
 
     def first_position(self, statistics: SentenceStatistics, groups: torch.Tensor) -> torch.Tensor:
-        """`forward(...)[:, 0]` from the sentences' statistics (`scoring.scalar_mix_first_position`)."""
+        """`forward(...)[:, 0]` from the sentences' statistics (`scoring_polos.scalar_mix_first_position`)."""
         return scalar_mix_first_position(statistics, self.mixing_weights(), self.gamma[0], groups)
 
     def mixing_weights(self) -> torch.Tensor:
@@ -286,7 +286,7 @@ class PolosModel(PolosPreTrainedModel):
         return self._fast_head.get(self.head)
 
     def sentence_statistics(self, token_ids: list[list[int]]) -> SentenceStatistics:
-        """What the ScalarMix needs of each sentence (`scoring.SentenceStatistics`), from one RoBERTa call."""
+        """What the ScalarMix needs of each sentence (`scoring_polos.SentenceStatistics`), from one RoBERTa call."""
         fast = self.fast_text_encoder()
         if fast is None:
             return sentence_statistics(*self.text_hidden_states(token_ids))

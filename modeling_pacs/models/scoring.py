@@ -2,7 +2,9 @@
 of the PAC-S++ paper).
 
 Everything that scores (the model, the `evaluate` module, the Space, the benchmarks, rewards) calls these.
-Inputs are embeddings as produced by the encoders; normalisation happens here.
+Inputs are embeddings as produced by the encoders; normalisation happens here. Another metric's formulas live in a
+module named by it (`scoring_<metric>.py`, beside this one); the generic helpers here (`cosine_similarity`,
+`max_by_owner`, `mean_or_nan`) serve those too.
 """
 
 import math
@@ -79,139 +81,8 @@ def token_weighted_mean(
     return torch.zeros(num_items, dtype=values.dtype).index_add(0, owner, shares * values)
 
 
-# ---------------------------------------------------------------------------------------------------- Polos
-def scalar_mix(
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor,
-    layer_weights: torch.Tensor,
-    gamma: torch.Tensor,
-    groups: torch.Tensor,
-) -> torch.Tensor:
-    """Polos's ScalarMix with layer norm (docs/spec/polos.md#scalarmix): `gamma * sum_k softmax(w)_k * norm_g(H_k)`.
-
-    `norm_g` subtracts one scalar mean and divides by one scalar standard deviation per layer and per normalisation
-    group, taken over all real tokens and features of the group's sentences (`sqrt(var + 1e-12)`).
-
-    Args:
-        hidden_states: `[L, B, T, D]` hidden states (embedding output first).
-        attention_mask: `[B, T]`, 1 on real tokens.
-        layer_weights: `[L]` unnormalised layer weights (dropped ones already set to -1e20 in training).
-        gamma: scalar scale.
-        groups: `[B]` normalisation group of each sentence (`arange(B)`: each sentence alone).
-    """
-    hidden_states = hidden_states.float()
-    num_groups = int(groups.max()) + 1 if groups.numel() else 0
-    mask = attention_mask.to(hidden_states.dtype)[None, :, :, None]
-    masked = hidden_states * mask
-    group_tokens = torch.zeros(num_groups, dtype=hidden_states.dtype, device=groups.device)
-    group_tokens = group_tokens.index_add(0, groups, attention_mask.to(hidden_states.dtype).sum(dim=1))
-    count = group_tokens * hidden_states.shape[-1]
-    sums = torch.zeros(hidden_states.shape[0], num_groups, dtype=hidden_states.dtype, device=groups.device)
-    mean = sums.index_add(1, groups, masked.sum(dim=(2, 3))) / count
-    sentence_mean = mean[:, groups][:, :, None, None]
-    squares = (((masked - sentence_mean) * mask) ** 2).sum(dim=(2, 3))
-    variance = torch.zeros_like(sums).index_add(1, groups, squares) / count
-    normed = (hidden_states - sentence_mean) / torch.sqrt(variance[:, groups][:, :, None, None] + 1e-12)
-    weights = torch.softmax(layer_weights.float(), dim=0)
-    return gamma * (weights[:, None, None, None] * normed).sum(dim=0)
-
-
-class SentenceStatistics(NamedTuple):
-    """What the ScalarMix needs of each sentence's hidden states, per layer (`L` layers, `N` sentences, width `D`).
-
-    tokens: `[N]` real tokens. sums: `[L, N]` sum over the real tokens and features. squares: `[L, N]` sum of squared
-    deviations from the sentence's own mean. first: `[L, N, D]` the first position (the CLS token Polos reads).
-    """
-
-    tokens: torch.Tensor
-    sums: torch.Tensor
-    squares: torch.Tensor
-    first: torch.Tensor
-
-    def select(self, index: torch.Tensor) -> "SentenceStatistics":
-        """The statistics of sentences `index` (repeats allowed), in that order."""
-        return SentenceStatistics(self.tokens[index], self.sums[:, index], self.squares[:, index], self.first[:, index])
-
-
-def sentence_statistics(hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> SentenceStatistics:
-    """[`SentenceStatistics`] of `[L, B, T, D]` right-padded hidden states with their `[B, T]` mask (as `scalar_mix`
-    computes them for a sentence alone)."""
-    hidden_states = hidden_states.float()
-    mask = attention_mask.to(hidden_states.dtype)
-    tokens = mask.sum(dim=1)
-    masked = hidden_states * mask[None, :, :, None]
-    sums = masked.sum(dim=(2, 3))
-    mean = (sums / (tokens * hidden_states.shape[-1]))[:, :, None, None]
-    squares = (((masked - mean) * mask[None, :, :, None]) ** 2).sum(dim=(2, 3))
-    return SentenceStatistics(tokens, sums, squares, hidden_states[:, :, 0])
-
-
-def scalar_mix_first_position(
-    statistics: SentenceStatistics, layer_weights: torch.Tensor, gamma: torch.Tensor, groups: torch.Tensor
-) -> torch.Tensor:
-    """`scalar_mix(...)[:, 0]` from per-sentence statistics: `[N, D]`, each sentence normalised with its group's
-    mean and standard deviation. A group's squared deviations combine its sentences' own (Chan et al.'s pairwise
-    update, exact in real arithmetic); for a sentence alone the result is `scalar_mix`'s, operation for operation."""
-    tokens, sums, squares, first = statistics
-    width = first.shape[-1]
-    num_groups = int(groups.max()) + 1 if groups.numel() else 0
-    count = torch.zeros(num_groups, dtype=sums.dtype, device=sums.device).index_add(0, groups, tokens) * width
-    zeros = torch.zeros(sums.shape[0], num_groups, dtype=sums.dtype, device=sums.device)
-    mean = zeros.index_add(1, groups, sums) / count
-    sentence_mean = mean[:, groups]
-    squares = squares + tokens * width * (sums / (tokens * width) - sentence_mean) ** 2
-    variance = zeros.index_add(1, groups, squares) / count
-    normed = (first - sentence_mean[:, :, None]) / torch.sqrt(variance[:, groups][:, :, None] + 1e-12)
-    weights = torch.softmax(layer_weights.float(), dim=0)
-    return gamma * (weights[:, None, None] * normed).sum(dim=0)
-
-
-def polos_features(
-    reference_text: torch.Tensor,
-    candidate_text: torch.Tensor,
-    image: torch.Tensor,
-    candidate_clip: torch.Tensor,
-    reference_clip: torch.Tensor,
-) -> torch.Tensor:
-    """Polos's feature vector (docs/spec/polos.md#features), in the code's order, for aligned rows of raw features:
-    `[r, c, |c-r|, c*r, v, c', |v-c'|, v*c', |r'-c'|, r'*c']` (unprimed: sentence encoder, primed: CLIP)."""
-    return torch.cat(
-        [
-            reference_text,
-            candidate_text,
-            (candidate_text - reference_text).abs(),
-            candidate_text * reference_text,
-            image,
-            candidate_clip,
-            (image - candidate_clip).abs(),
-            image * candidate_clip,
-            (reference_clip - candidate_clip).abs(),
-            reference_clip * candidate_clip,
-        ],
-        dim=-1,
-    ).float()
-
-
-def polos_head(
-    features: torch.Tensor,
-    weights: list[torch.Tensor],
-    biases: list[torch.Tensor],
-    dropout: float = 0.0,
-    training: bool = False,
-) -> torch.Tensor:
-    """Polos's head (docs/spec/polos.md#head): Linear + Tanh (+ Dropout) per hidden layer, a last Linear to 1, sigmoid.
-
-    Returns `[N]` scores in (0, 1).
-    """
-    hidden = features
-    for weight, bias in zip(weights[:-1], biases[:-1]):
-        hidden = F.dropout(torch.tanh(F.linear(hidden, weight, bias)), p=dropout, training=training)
-    return torch.sigmoid(F.linear(hidden, weights[-1], biases[-1])).squeeze(-1)
-
-
 def max_by_owner(values: torch.Tensor, owner: torch.Tensor, num_owners: int) -> torch.Tensor:
-    """`[num_owners]` maxima of `values` grouped by `owner` (Polos: the best reference,
-    docs/spec/polos.md#references)."""
+    """`[num_owners]` maxima of `values` grouped by `owner` (an item's best reference)."""
     best = torch.full((num_owners,), float("-inf"), dtype=values.dtype, device=values.device)
     return best.scatter_reduce(0, owner, values, reduce="amax")
 
@@ -382,33 +253,6 @@ def combined_video_scores(video: VideoMatchScores, reference: VideoMatchScores) 
     return VideoMatchScores(precision, recall, f, coarse, coarse_fine_score(coarse, f))
 
 
-def fuse_pearl_scores(
-    img_score: torch.Tensor, ref_scores: torch.Tensor, ref_mask: torch.Tensor, lambda_img: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pearl Eqs. 2-3: best reference score (masked slots count 0) and the lambda fusion where a reference exists.
-
-    Args:
-        img_score: `[B]` image-head scores. ref_scores: `[B, R]` reference-head scores. ref_mask: `[B, R]` bool.
-
-    Returns:
-        `(score, ref_score, has_refs)`, each `[B]`.
-    """
-    ref_score = torch.where(ref_mask, ref_scores, torch.zeros_like(ref_scores)).amax(dim=1)
-    has_refs = ref_mask.any(dim=1)
-    score = torch.where(has_refs, lambda_img * img_score + (1 - lambda_img) * ref_score, img_score)
-    return score, ref_score, has_refs
-
-
-def pearl_huber_loss(
-    img_score: torch.Tensor, ref_score: torch.Tensor, has_refs: torch.Tensor, labels: torch.Tensor, delta: float
-) -> torch.Tensor:
-    """Pearl's loss (docs/spec/pearl.md#training, docs/spec/pearl.md#a4):
-    `sum_b H(y_img_b, y_b) + sum_{b with refs} H(y_ref_b, y_b)`, Huber `delta`."""
-    image_term = F.huber_loss(img_score, labels, reduction="sum", delta=delta)
-    reference_term = F.huber_loss(ref_score[has_refs], labels[has_refs], reduction="sum", delta=delta)
-    return image_term + reference_term
-
-
 def mean_or_nan(values: torch.Tensor) -> float:
     """The mean of a score tensor as a float, NaN for none (an empty batch's corpus score)."""
     return float(values.mean()) if values.numel() else float("nan")
@@ -417,29 +261,21 @@ def mean_or_nan(values: torch.Tensor) -> float:
 __all__ = [
     "mean_or_nan",
     "IDFTable",
-    "SentenceStatistics",
     "VideoMatchScores",
     "coarse_fine_score",
     "coarse_video_embedding",
     "combined_video_scores",
     "cosine_similarity",
     "fine_grained_scores",
-    "fuse_pearl_scores",
     "harmonic_mean",
     "idf_table",
     "last_token_embeds",
     "max_by_owner",
     "max_reference_similarity",
     "normalized_weights",
-    "pearl_huber_loss",
-    "polos_features",
-    "polos_head",
     "reference_based_score",
     "reference_free_score",
     "reference_video_scores",
-    "scalar_mix",
-    "scalar_mix_first_position",
-    "sentence_statistics",
     "token_weighted_mean",
     "video_scores",
 ]

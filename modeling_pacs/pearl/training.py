@@ -14,7 +14,6 @@ from transformers import TrainingArguments
 from ..data.validation import data_error
 from ..models.modeling_pearl import PearlModel
 from ..supervised import (
-    PEARL_EARLY_STOPPING,
     SupervisedMetricTrainer,
     correlation_metrics,
     early_stopping_callback,
@@ -42,6 +41,9 @@ PEARL_RECIPE = {
 }
 # Validation metrics as Pearl's evaluation reports them: 100 x Kendall tau-c and tau-b (docs/spec/pearl.md#evaluation).
 PEARL_METRICS = {"kendall_c": "kendall_c", "kendall_b": "kendall_b"}
+# Early stopping (metric, patience): validation Kendall tau-c with patience 1 (docs/spec/pearl.md#training,
+# docs/spec/pearl.md#a11).
+PEARL_EARLY_STOPPING = ("kendall_c", 1)
 
 
 def check_rows_in_cache(rows: list[dict], cache: FeatureCache, source: str, split: str, layout: str) -> list[dict]:
@@ -142,6 +144,7 @@ def new_pearl_model(config) -> PearlModel:
 
 
 __all__ = [
+    "PEARL_EARLY_STOPPING",
     "PEARL_RECIPE",
     "PearlDataCollator",
     "PearlTrainer",

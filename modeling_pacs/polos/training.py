@@ -22,11 +22,12 @@ Example:
 ```
 """
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import TrainingArguments
+from transformers import EvalPrediction, TrainingArguments
 
 from ..data.sources import resolve_references
 from ..models.inputs import image_key
@@ -34,13 +35,18 @@ from ..models.modeling_polos import PolosModel, cut_references_to_chunks
 from ..models.scoring import max_by_owner
 from ..supervised import (
     SupervisedMetricTrainer,
-    compute_regression_metrics,
+    correlation_metrics,
     early_stopping_callback,
     supervised_training_arguments,
 )
 from ..supervised.data import read_rows
 
 NORMALIZATIONS = ("official", "per_item")
+# Early-stopping policies (metric, patience): the paper's (validation Kendall tau-c, patience 5) and the released
+# code's (Pearson, 1) (docs/spec/polos.md#training).
+EARLY_STOPPING = {"paper": ("kendall", 5), "code": ("pearson", 1)}
+# Polos's validation metrics (its `regression_metrics.py`): name -> correlation.
+REGRESSION_METRICS = {"pearson": "pearson", "kendall": "kendall_c", "spearman": "spearman"}
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -93,8 +99,11 @@ def prepare_polos_for_training(model: PolosModel) -> PolosModel:
 def polos_training_arguments(
     output_dir: str | Path, early_stopping: str = "paper", **overrides
 ) -> tuple[TrainingArguments, Any]:
-    """The code's recipe as `TrainingArguments`, and the early-stopping callback of `early_stopping`."""
-    callback, metric = early_stopping_callback(early_stopping)
+    """The code's recipe as `TrainingArguments`, and the early-stopping callback of `early_stopping` (one of
+    [`EARLY_STOPPING`]: `"paper"`, Kendall tau-c with patience 5, or `"code"`, Pearson with patience 1)."""
+    if early_stopping not in EARLY_STOPPING:
+        raise ValueError(f"early stopping policy must be one of {sorted(EARLY_STOPPING)}, got {early_stopping!r}")
+    callback, metric = early_stopping_callback(EARLY_STOPPING[early_stopping])
     recipe = {
         "per_device_train_batch_size": 64,
         "per_device_eval_batch_size": 64,
@@ -111,6 +120,16 @@ def polos_training_arguments(
     }
     arguments = supervised_training_arguments(output_dir, recipe, metric, zero_learning_rate=True, **overrides)
     return arguments, callback
+
+
+def regression_metrics(predictions: Sequence[float], targets: Sequence[float]) -> dict[str, float]:
+    """Pearson, Kendall tau-c and Spearman correlations (the metrics of Polos's `regression_metrics.py`)."""
+    return correlation_metrics(predictions, targets, REGRESSION_METRICS)
+
+
+def compute_regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
+    """`Trainer(compute_metrics=...)` form of [`regression_metrics`]."""
+    return regression_metrics(prediction.predictions, prediction.label_ids)
 
 
 class PolosTrainer(SupervisedMetricTrainer):
@@ -237,11 +256,15 @@ class PolosTrainer(SupervisedMetricTrainer):
 
 
 __all__ = [
+    "EARLY_STOPPING",
+    "REGRESSION_METRICS",
     "PolarisCollator",
     "PolosTrainer",
+    "compute_regression_metrics",
     "polos_training_arguments",
     "prepare_polos_for_training",
     "read_polaris",
     "read_polaris_csv",
     "read_polaris_parquet",
+    "regression_metrics",
 ]

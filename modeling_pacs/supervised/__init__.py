@@ -10,26 +10,17 @@ arguments of these pieces.
 Example:
 
 ```python
->>> from modeling_pacs.supervised import correlation_metrics, regression_metrics
->>> regression_metrics([0.1, 0.4, 0.3], [0.0, 0.5, 0.2])["kendall"]
-1.0
+>>> from modeling_pacs.supervised import correlation_metrics
+>>> correlation_metrics([0.1, 0.4, 0.3], [0.0, 0.5, 0.2], {"kendall": "kendall_c"})
+{'kendall': 1.0}
 >>> correlation_metrics([0.1, 0.4, 0.3], [0.0, 0.5, 0.2], {"kendall_b": "kendall_b"}, scale=100)
 {'kendall_b': 100.0}
 ```
 """
 
-from .correlations import (
-    CORRELATIONS,
-    REGRESSION_METRICS,
-    compute_regression_metrics,
-    correlation,
-    correlation_metrics,
-    regression_metrics,
-)
+from .correlations import CORRELATIONS, correlation, correlation_metrics
 from .data import RowError, check_references, check_target, row_error
 from .training import (
-    EARLY_STOPPING,
-    PEARL_EARLY_STOPPING,
     SupervisedMetricTrainer,
     check_training_settings,
     early_stopping_callback,
@@ -38,19 +29,14 @@ from .training import (
 
 __all__ = [
     "CORRELATIONS",
-    "EARLY_STOPPING",
-    "PEARL_EARLY_STOPPING",
-    "REGRESSION_METRICS",
     "RowError",
     "SupervisedMetricTrainer",
     "check_references",
     "check_target",
     "check_training_settings",
-    "compute_regression_metrics",
     "correlation",
     "correlation_metrics",
     "early_stopping_callback",
-    "regression_metrics",
     "row_error",
     "supervised_training_arguments",
 ]

@@ -1,15 +1,12 @@
-"""Correlation metrics of a supervised caption metric against human judgements (Polos's and Pearl's validation)."""
+"""Correlation metrics of a supervised caption metric against human judgements (its validation metrics)."""
 
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from transformers import EvalPrediction
 
 from ..extras import require
 
-# Polos's metrics (its `regression_metrics.py`): name -> correlation.
-REGRESSION_METRICS = {"pearson": "pearson", "kendall": "kendall_c", "spearman": "spearman"}
 CORRELATIONS = ("pearson", "spearman", "kendall_b", "kendall_c")
 
 
@@ -32,8 +29,8 @@ def correlation(predictions: np.ndarray, targets: np.ndarray, kind: str) -> floa
 def correlation_metrics(
     predictions: Sequence[float], targets: Sequence[float], names: Mapping[str, str], scale: float = 1.0
 ) -> dict[str, float]:
-    """`{name: scale x correlation}` for `names` (`{reported name: one of CORRELATIONS}`); Pearl reports Kendall
-    tau-b and tau-c x100 (docs/spec/pearl.md#evaluation), Polos Pearson, tau-c and Spearman as they are."""
+    """`{name: scale x correlation}` for `names` (`{reported name: one of CORRELATIONS}`): each metric passes the
+    names it reports and its scale (e.g. Kendall tau-b and tau-c x100)."""
     if not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     predictions = np.asarray(predictions, dtype=np.float64).ravel()
@@ -46,21 +43,8 @@ def correlation_metrics(
     return {name: scale * correlation(predictions, targets, kind) for name, kind in names.items()}
 
 
-def regression_metrics(predictions: Sequence[float], targets: Sequence[float]) -> dict[str, float]:
-    """Pearson, Kendall tau-c and Spearman correlations (the metrics of Polos's `regression_metrics.py`)."""
-    return correlation_metrics(predictions, targets, REGRESSION_METRICS)
-
-
-def compute_regression_metrics(prediction: EvalPrediction) -> dict[str, float]:
-    """`Trainer(compute_metrics=...)` form of [`regression_metrics`]."""
-    return regression_metrics(prediction.predictions, prediction.label_ids)
-
-
 __all__ = [
     "CORRELATIONS",
-    "REGRESSION_METRICS",
-    "compute_regression_metrics",
     "correlation",
     "correlation_metrics",
-    "regression_metrics",
 ]

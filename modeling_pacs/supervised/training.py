@@ -1,5 +1,6 @@
 """Training a supervised caption metric with a `Trainer`: early stopping on a validation correlation, checked
-training arguments, and a `Trainer` base whose evaluation returns predictions and targets (Polos and Pearl)."""
+training arguments, and a `Trainer` base whose evaluation returns predictions and targets (every supervised
+metric's recipe comes in as arguments)."""
 
 import math
 from collections.abc import Mapping
@@ -12,35 +13,25 @@ from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 
-# Early-stopping settings (metric, patience). Polos: the paper's (validation Kendall tau-c, patience 5) and the
-# released code's (Pearson, 1). Pearl: validation Kendall tau-c with patience 1 (docs/spec/pearl.md#training,
-# docs/spec/pearl.md#a11).
-EARLY_STOPPING = {"paper": ("kendall", 5), "code": ("pearson", 1)}
-PEARL_EARLY_STOPPING = ("kendall_c", 1)
 
-
-def early_stopping_callback(policy: str | tuple[str, int] = "paper") -> tuple[EarlyStoppingCallback, str]:
-    """The callback and the metric to select on: a Polos policy, `"paper"` (Kendall tau-c, patience 5) or `"code"`
-    (Pearson, 1), or a `(metric, patience)` pair (Pearl: [`PEARL_EARLY_STOPPING`]).
+def early_stopping_callback(policy: tuple[str, int]) -> tuple[EarlyStoppingCallback, str]:
+    """The callback and the metric to select on for an early-stopping `policy`, a `(metric, patience)` pair (e.g.
+    `("kendall_c", 1)`: validation Kendall tau-c, patience 1); each metric keeps its own policies in its training
+    module.
 
     The `TrainingArguments` must evaluate and save at the same cadence, with `load_best_model_at_end=True`,
     `metric_for_best_model` set to the returned metric and `greater_is_better=True`: [`supervised_training_arguments`]
     sets them.
     """
-    if isinstance(policy, tuple):
-        metric, patience = policy
-        if not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"early stopping patience must be an integer >= 1, got {patience!r}")
-    elif policy in EARLY_STOPPING:
-        metric, patience = EARLY_STOPPING[policy]
-    else:
-        raise ValueError(f"early stopping policy must be one of {sorted(EARLY_STOPPING)}, got {policy!r}")
+    metric, patience = policy
+    if not isinstance(patience, int) or patience < 1:
+        raise ValueError(f"early stopping patience must be an integer >= 1, got {patience!r}")
     return EarlyStoppingCallback(early_stopping_patience=patience), metric
 
 
 def check_training_settings(settings: Mapping[str, Any], zero_learning_rate: bool = False) -> None:
     """Reject settings that would diverge or train on nothing, naming the field. `zero_learning_rate` accepts a
-    learning rate of 0 (Polos's recipe allows it: a run that only evaluates); Pearl's needs one > 0."""
+    learning rate of 0 (for a recipe that allows it: a run that only evaluates)."""
     for field in ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "max_grad_norm"):
         value = settings.get(field)
         if field == "learning_rate" and zero_learning_rate and value == 0:
@@ -78,8 +69,8 @@ def supervised_training_arguments(
 
 class SupervisedMetricTrainer(Trainer):
     """A `Trainer` for metrics regressed on human scores. Subclasses either implement `predict_batch(model, inputs)`
-    (then the loss is the summed MSE to `inputs["targets"]`, Polos) or override `compute_loss` to return the
-    model's own loss and predictions (Pearl's summed Huber loss). Evaluation collects predictions and the targets
+    (then the loss is the summed MSE to `inputs["targets"]`) or override `compute_loss` to return the model's own
+    loss and predictions (e.g. a summed Huber loss). Evaluation collects predictions and the targets
     (`inputs[target_key]`) for `compute_metrics`.
 
     Example:
@@ -119,8 +110,6 @@ class SupervisedMetricTrainer(Trainer):
 
 
 __all__ = [
-    "EARLY_STOPPING",
-    "PEARL_EARLY_STOPPING",
     "SupervisedMetricTrainer",
     "check_training_settings",
     "early_stopping_callback",

@@ -1,5 +1,5 @@
 """Polos's CPU fast path (`modeling_pacs.fast_polos`) and the ScalarMix from per-sentence statistics, against
-`scoring.scalar_mix`, the NumPy ScalarMix of `tests/test_polos.py`, transformers' RoBERTa forward and the
+`scoring_polos.scalar_mix`, the NumPy ScalarMix of `tests/test_polos.py`, transformers' RoBERTa forward and the
 transformers path's scores."""
 
 from contextlib import contextmanager
@@ -10,7 +10,7 @@ import torch
 from transformers import RobertaModel
 
 from modeling_pacs.models.fast_polos import FastPolosHead, FastRoberta
-from modeling_pacs.models.scoring import scalar_mix, scalar_mix_first_position, sentence_statistics
+from modeling_pacs.models.scoring_polos import scalar_mix, scalar_mix_first_position, sentence_statistics
 from modeling_pacs.testing.polos import make_tiny_polos_model, tiny_roberta_config
 from tests.fixtures.helpers import assert_scores_close, random_image
 from tests.models.test_polos import numpy_polos, numpy_scalar_mix

@@ -200,7 +200,7 @@ def test_saved_directory_loads_as_remote_code_in_a_fresh_process(tmp_path):
     torch.manual_seed(2)
     model = PearlModel(tiny_pearl_config()).eval()
     save_remote_code_model(model, tmp_path / "pearl")
-    for name in ("configuration_pearl.py", "modeling_pearl.py", "scoring.py", "config.json", "model.safetensors"):
+    for name in ("configuration_pearl.py", "modeling_pearl.py", "scoring_pearl.py", "config.json", "model.safetensors"):
         assert (tmp_path / "pearl" / name).is_file(), name
         assert (tmp_path / "pearl" / name).stat().st_mode & 0o777 == 0o644
     features = random_features(batch=2, num_refs=1, seed=4)

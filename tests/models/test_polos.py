@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from modeling_pacs import PolosModel
-from modeling_pacs.models.scoring import polos_features, scalar_mix
+from modeling_pacs.models.scoring_polos import polos_features, scalar_mix
 from modeling_pacs.testing.polos import make_tiny_polos_model
 from tests.fixtures.helpers import SCORE_TOLERANCE, assert_scores_close, random_image
 
@@ -229,6 +229,9 @@ def test_roberta_reads_raw_text_but_clip_collapses_whitespace(polos):
 
 # ---------------------------------------------------------------------------------------------------- loading
 def test_automodel_loads_in_fresh_offline_process(polos_dir, polos, items, tmp_path):
+    # The remote code modeling_polos.py imports, transitively, is saved beside it (Polos's formulas included).
+    for name in ("configuration_polos.py", "modeling_polos.py", "scoring.py", "scoring_polos.py", "fast_polos.py"):
+        assert (polos_dir / name).is_file(), name
     images, candidates, references = items
     paths = []
     for index, image in enumerate(images[:2]):

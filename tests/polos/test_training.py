@@ -15,8 +15,9 @@ from modeling_pacs.polos.training import (
     polos_training_arguments,
     prepare_polos_for_training,
     read_polaris,
+    regression_metrics,
 )
-from modeling_pacs.supervised import RowError, regression_metrics
+from modeling_pacs.supervised import RowError
 from modeling_pacs.testing.polos import make_tiny_polos_model
 from tests.fixtures.helpers import random_image
 

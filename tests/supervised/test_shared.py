@@ -13,13 +13,12 @@ from transformers import EarlyStoppingCallback
 
 from modeling_pacs.data import ImageReference, resolve_references
 from modeling_pacs.pearl.training import PearlTrainer, compute_pearl_metrics, pearl_training_arguments
-from modeling_pacs.polos.training import PolosTrainer, polos_training_arguments, read_polaris
+from modeling_pacs.polos.training import PolosTrainer, polos_training_arguments, read_polaris, regression_metrics
 from modeling_pacs.supervised import (
     SupervisedMetricTrainer,
     check_training_settings,
     correlation_metrics,
     early_stopping_callback,
-    regression_metrics,
 )
 from modeling_pacs.supervised.data import RowError, check_references, read_rows, rows_from_records, split_paths
 from tests.fixtures.helpers import random_image
@@ -201,7 +200,7 @@ def test_early_stopping_and_arguments_keep_each_recipe(tmp_path):
     polos_args, polos_callback = polos_training_arguments(tmp_path / "polos")
     pearl_args = pearl_training_arguments(str(tmp_path / "pearl"))
     assert (polos_args.metric_for_best_model, polos_callback.early_stopping_patience) == ("kendall", 5)
-    assert early_stopping_callback("code")[1] == "pearson"
+    assert polos_training_arguments(tmp_path / "code", early_stopping="code")[0].metric_for_best_model == "pearson"
     assert pearl_args.metric_for_best_model == "kendall_c"
     for args in (polos_args, pearl_args):
         assert args.load_best_model_at_end and args.greater_is_better
@@ -217,7 +216,7 @@ def test_early_stopping_and_arguments_keep_each_recipe(tmp_path):
     with pytest.raises(ValueError, match="early stopping patience must be an integer >= 1, got 0"):
         early_stopping_callback(("kendall_c", 0))
     with pytest.raises(ValueError, match=re.escape("early stopping policy must be one of ['code', 'paper'], got 'x'")):
-        early_stopping_callback("x")
+        polos_training_arguments(tmp_path / "x", early_stopping="x")
 
 
 @pytest.mark.parametrize(
