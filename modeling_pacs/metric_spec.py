@@ -53,6 +53,12 @@ class OutputField:
     higher_is_better: bool = True
     kind: str = "score"  # "score": a float per item; "count": an integer per item (diagnostics)
 
+    @classmethod
+    def truncation(cls, description: str) -> "OutputField":
+        """The per-item count of caption tokens a text encoder did not read (`truncated_tokens`), a diagnostic."""
+        return cls("truncated_tokens", "truncated_tokens", description, label="truncated_tokens", minimum=0,
+                   higher_is_better=False, kind="count")  # fmt: skip
+
     def label_for(self, config: Any) -> str:
         """The heading of this field for a model with `config` (`"RefPAC-S++"` for a PAC-S++ model's `ref_score`)."""
         if self.label_from_config is not None and hasattr(config, "score_names"):
@@ -109,19 +115,24 @@ class TinyModels:
 
 @dataclass(frozen=True)
 class ConverterCommand:
-    """A `pacs-pp convert-*` command: its help line, description, epilog, example, arguments and the call.
-
-    `add_arguments(parser)` and `convert(args)` are dotted paths into the family's folder; the command line builds
-    the subcommand from these fields alone.
+    """A `pacs-pp convert-*` command: its help line, description, example, and the module (in the family's folder)
+    that holds its arguments (`add_arguments(parser)`), its call (`convert(args)`) and its epilog text (a table of
+    the files it reads, examples). The command line builds the subcommand from these fields alone.
     """
 
     command: str
     help: str
     description: str
     example: str  # one command line, the last line of --help
-    add_arguments: str
-    convert: str
-    epilog: str | None = None  # a dotted path to the epilog text (a table of the files it reads, examples)
+    module: str
+    add_arguments: str = "add_convert_arguments"
+    convert: str = "convert"
+    epilog: str | None = "CONVERT_EPILOG"
+
+    def resolve(self, part: str) -> Any:
+        """`"add_arguments"`, `"convert"` or `"epilog"`: that attribute of the command's module (None: no epilog)."""
+        name = getattr(self, part)
+        return None if name is None else resolve(f"{self.module}:{name}")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from ..metric_spec import ConverterCommand, resolve
+from ..metric_spec import ConverterCommand
 from ..registry import METRICS
 from .arguments import add_example, exits_on_missing_extra
 
@@ -36,14 +36,14 @@ def build_parser(command: str, parser: argparse.ArgumentParser | None = None) ->
     converter = CONVERTERS[command]
     parser = parser or argparse.ArgumentParser(prog=f"pacs-pp {command}")
     parser.description = converter.description
-    parser.epilog = resolve(converter.epilog) if converter.epilog else None
+    parser.epilog = converter.resolve("epilog")
     add_example(parser, converter.example)
-    resolve(converter.add_arguments)(parser)
+    converter.resolve("add_arguments")(parser)
     return parser
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    return run_converter(resolve(CONVERTERS[command].convert), args)
+    return run_converter(CONVERTERS[command].resolve("convert"), args)
 
 
 def converter_main(command: str) -> Callable[[list[str] | None], int]:

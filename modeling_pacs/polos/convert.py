@@ -41,6 +41,7 @@ from ..pacs.convert import (
     to_transformers_state_dict,
 )
 from ..tokenization import build_clip_tokenizer
+from .spec import CITATION
 
 # Entries that are not weights of the scoring model (docs/spec/polos.md#conversion-map).
 DROPPED_KEYS = ("scalar_mix.dropout_mask", "scalar_mix.dropout_fill", "encoder.model.embeddings.position_ids")
@@ -101,12 +102,7 @@ The license is that of the official release (https://github.com/keio-smilab24/Po
 
 ## Citation
 ```bibtex
-@inproceedings{{wada2024polos,
-  title     = {{Polos: Multimodal Metric Learning from Human Feedback for Image Captioning}},
-  author    = {{Wada, Yuiga and Kaneda, Kanta and Saito, Daichi and Sugiura, Komei}},
-  booktitle = {{CVPR}},
-  year      = {{2024}}
-}}
+{citation}
 ```
 """
 
@@ -309,6 +305,7 @@ def convert_polos_checkpoint(
         f"{model.config.hidden_sizes} -> 1 (CLIP tensors: {', '.join(clip_dtypes)}, converted to fp32)"
     )
     card = MODEL_CARD.format(
+        citation=CITATION,
         checkpoint=checkpoint_path.name,
         clip_model_id=model.config.clip_model_id,
         text_encoder_id=text_encoder,

@@ -5,7 +5,7 @@ from ..metric_spec import Capabilities, ConverterCommand, MetricSpec, OutputFiel
 
 CITATION = """\
 @inproceedings{wada2024polos,
-  title     = {{Polos: Multimodal Metric Learning from Human Feedback for Image Captioning}},
+  title     = {Polos: Multimodal Metric Learning from Human Feedback for Image Captioning},
   author    = {Wada, Yuiga and Kaneda, Kanta and Saito, Daichi and Sugiura, Komei},
   booktitle = {CVPR},
   year      = {2024}
@@ -36,15 +36,7 @@ POLOS = MetricSpec(
             minimum=0.0,
             maximum=1.0,
         ),
-        OutputField(
-            "truncated_tokens",
-            "truncated_tokens",
-            "candidate tokens CLIP's text encoder did not read",
-            label="truncated_tokens",
-            minimum=0,
-            higher_is_better=False,
-            kind="count",
-        ),
+        OutputField.truncation("candidate tokens CLIP's text encoder did not read"),
     ),  # fmt: skip
     citation=CITATION,
     metrics=("polos",),
@@ -58,9 +50,7 @@ POLOS = MetricSpec(
             help="convert the released Polos checkpoint",
             description="Convert the released Polos Lightning checkpoint into a Hub-ready PolosModel directory.",
             example="pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output polos-vit-b32",
-            add_arguments="modeling_pacs.polos.commands:add_convert_arguments",
-            convert="modeling_pacs.polos.commands:convert",
-            epilog="modeling_pacs.polos.commands:CONVERT_EPILOG",
+            module="modeling_pacs.polos.commands",
         ),
     ),
     variants=(

@@ -140,11 +140,16 @@ def test_cli_reports_truncation_and_reads_long_captions_in_chunks(
 
 
 def test_models_that_only_truncate_refuse_the_chunk_mode_by_name():
+    from types import SimpleNamespace
+
     from modeling_pacs.cli.arguments import long_captions_options
 
-    class PolosModel:  # stands for Polos and Pearl: no split_long_captions
-        pass
-
-    assert long_captions_options(PolosModel(), "truncate") == {}
-    with pytest.raises(SystemExit, match="--long-captions: long captions mode 'chunks' applies to CLIP-S.*PolosModel"):
-        long_captions_options(PolosModel(), "chunks")
+    for model_type, name in (("polos", "Polos"), ("pearl", "Pearl")):  # their specs declare no long_captions option
+        model = SimpleNamespace(config=SimpleNamespace(model_type=model_type))
+        assert long_captions_options(model, "truncate") == {}
+        with pytest.raises(
+            SystemExit,
+            match=f"--long-captions: long captions mode 'chunks' applies to the metrics pac_s_pp, pac_s, clip_s, not "
+            f"to {name}, which only truncates",
+        ):
+            long_captions_options(model, "chunks")

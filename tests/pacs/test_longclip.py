@@ -19,7 +19,7 @@ from PIL import Image
 from transformers import AutoModel, TrainingArguments
 
 from modeling_pacs import PACSModel
-from modeling_pacs.cli.convert import longclip_main as main
+from modeling_pacs.cli.convert import converter_main
 from modeling_pacs.hub import save_remote_code_model, validate_model_directory
 from modeling_pacs.models.embedding_cache import EmbeddingCache
 from modeling_pacs.pacs.convert import CheckpointError, CheckpointGeometry
@@ -55,6 +55,7 @@ from tests.references.longclip import (
 )
 from tests.references.original_clip import original_preprocess, original_tokenize
 
+main = converter_main("convert-longclip")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FEATURE_TOLERANCE = 1e-5
 SCORE_TOLERANCE = 1e-6

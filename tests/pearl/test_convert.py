@@ -559,17 +559,17 @@ def test_missing_unknown_and_mis_shaped_keys_are_named(pearl_run, tmp_path):
 
 def test_encoder_sizes_must_fit_the_feature_size(pearl_run, tmp_path, capsys):
     arguments = ["--checkpoint", str(pearl_run["checkpoint"]), "--output", str(tmp_path / "out")]
-    assert convert_cli.pearl_main(arguments) == 2
+    assert convert_cli.converter_main("convert-pearl")(arguments) == 2
     assert re.search(
         r"error: encoder 'clip' gives 512-d features, but this checkpoint's feature size is 16 .* "
         r"Pass --encoder-dim clip=N",
         capsys.readouterr().err,
     )
     with pytest.raises(SystemExit):
-        convert_cli.pearl_main([*arguments, "--encoder-dim", "bert=3"])
+        convert_cli.converter_main("convert-pearl")([*arguments, "--encoder-dim", "bert=3"])
     assert "expected NAME=N, NAME one of ['clip', 'beit3', 'blip2', 'stella'], got 'bert=3'" in capsys.readouterr().err
     paths = ["--encoder-path", "clip=./pac-s-pp-l14", *encoder_dim_flags(TINY_DIMS)]
-    assert convert_cli.pearl_main([*arguments, *paths]) == 0
+    assert convert_cli.converter_main("convert-pearl")([*arguments, *paths]) == 0
     spec = PearlModel.from_pretrained(tmp_path / "out").config.encoder_specs["clip"]
     assert spec == {"type": "pacs", "path": "./pac-s-pp-l14"}
 
@@ -597,7 +597,7 @@ def test_unsafe_and_unreadable_files_are_refused(pearl_run, tmp_path, capsys):
     empty.write_bytes(b"")
     for path in (text, truncated, empty):
         arguments = ["--checkpoint", str(path), "--output", str(tmp_path / "out")]
-        assert convert_cli.pearl_main(arguments) == 2
+        assert convert_cli.converter_main("convert-pearl")(arguments) == 2
         error = capsys.readouterr().err
         assert error.startswith(f"error: '{path}': ")
         assert any(words in error for words in ("Git LFS pointer", "truncated", "empty (0 bytes"))
