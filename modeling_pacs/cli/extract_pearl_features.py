@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in cache.image_features:
             tensors.append(cache.image_features[name].flatten())
         share = fraction_outside(torch.cat(tensors), recipe["low"], recipe["high"])
-        flag = "  (above 0.1 %: consider pretrain_hadamard.py with a wider range)" if share > 1e-3 else ""
+        flag = "  (above 0.1 %: consider pretrain_pearl_hadamard.py with a wider range)" if share > 1e-3 else ""
         print(f"{name}: {100 * share:.3f} % of feature values outside [{recipe['low']}, {recipe['high']}]{flag}")
     return 0
 

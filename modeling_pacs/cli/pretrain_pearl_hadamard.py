@@ -1,7 +1,7 @@
 """Pretrain Pearl's HadamardNet to multiply (docs/spec/pearl.md#a2) and write the shipped initialisation.
 
-python scripts/pretrain_hadamard.py                      # rebuilds modeling_pacs/assets/pearl_hadamard_init.safetensors
-python scripts/pretrain_hadamard.py --steps 50 --output /tmp/h.safetensors
+python scripts/pretrain_pearl_hadamard.py        # rebuilds modeling_pacs/assets/pearl_hadamard_init.safetensors
+python scripts/pretrain_pearl_hadamard.py --steps 50 --output /tmp/h.safetensors
 """
 
 import argparse
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--channels", type=int, nargs="+", default=list(defaults.channels))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (> 0)")
-    add_example(parser, "python scripts/pretrain_hadamard.py --steps 50 --output /tmp/h.safetensors")
+    add_example(parser, "python scripts/pretrain_pearl_hadamard.py --steps 50 --output /tmp/h.safetensors")
     args = parser.parse_args(argv)
     if args.threads <= 0:
         parser.error("--threads must be > 0")

@@ -102,7 +102,8 @@ def load_hadamard_init(path: Path = HADAMARD_INIT_PATH) -> dict[str, torch.Tenso
     """The shipped HadamardNet state dict."""
     if not Path(path).is_file():
         raise FileNotFoundError(
-            f"HadamardNet initialisation '{path}' is missing: run `python scripts/pretrain_hadamard.py` to rebuild it"
+            f"HadamardNet initialisation '{path}' is missing: run `python scripts/pretrain_pearl_hadamard.py` to "
+            "rebuild it"
         )
     return load_file(path)
 
@@ -122,7 +123,7 @@ def initialise_hadamard_nets(model: PearlModel, path: Path = HADAMARD_INIT_PATH)
     if list(model.config.hadamard_channels) != DEFAULT_CHANNELS and Path(path) == HADAMARD_INIT_PATH:
         raise ValueError(
             f"the shipped HadamardNet initialisation has channels {DEFAULT_CHANNELS}, the model "
-            f"{model.config.hadamard_channels}: pretrain one with scripts/pretrain_hadamard.py --channels ..."
+            f"{model.config.hadamard_channels}: pretrain one with scripts/pretrain_pearl_hadamard.py --channels ..."
         )
     state_dict = load_hadamard_init(path)
     count = 0

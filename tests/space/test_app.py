@@ -757,7 +757,7 @@ def test_model_loading_errors_are_detailed_locally_and_neutral_in_public(app, tm
 class NaNModel:
     """Stands in for a faulty PACSModel: the second caption's score is NaN."""
 
-    config = type("Config", (), {"score_names": ("PAC-S++", "RefPAC-S++")})()
+    config = type("Config", (), {"model_type": "pac_s_pp", "score_names": ("PAC-S++", "RefPAC-S++")})()
 
     def score(self, images, captions, references=None):
         scores = torch.tensor([0.5, float("nan")] + [0.1] * (len(captions) - 2))
