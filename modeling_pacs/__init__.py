@@ -8,6 +8,7 @@ README's Layout section).
 
 from transformers import AutoConfig, AutoModel
 
+from .errors import InputError, JobStateError, MissingExtraError, PacsError
 from .models.artifacts import CorruptArtifactError
 from .models.configuration_captioner import PACSCaptionerConfig
 from .models.configuration_pacs import PACSConfig
@@ -32,6 +33,9 @@ AutoModel.register(PACSCaptionerConfig, PACSCaptionerForConditionalGeneration, e
 __version__ = "0.1.0"
 __all__ = [
     "CorruptArtifactError",
+    "InputError",
+    "JobStateError",
+    "MissingExtraError",
     "PACSCaptionerConfig",
     "PACSCaptionerForConditionalGeneration",
     "PACSConfig",
@@ -39,6 +43,7 @@ __all__ = [
     "PACSScoreOutput",
     "PACSTextFeatures",
     "PACSVideoScoreOutput",
+    "PacsError",
     "PearlConfig",
     "PearlModel",
     "PearlOutput",

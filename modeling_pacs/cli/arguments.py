@@ -1,10 +1,8 @@
 """Argument types and parser helpers shared by every command line of the package."""
 
 import argparse
-import functools
-from collections.abc import Callable
 
-from ..extras import MissingExtraError
+from ..errors import InputError
 
 
 def positive_int(text: str) -> int:
@@ -53,13 +51,13 @@ def add_long_captions_argument(parser: argparse.ArgumentParser):
 
 
 def long_captions_options(model, mode: str) -> dict:
-    """The `long_captions` keyword for `score` / `score_videos`; a `SystemExit` for models that only truncate."""
+    """The `long_captions` keyword for `score` / `score_videos`; an `InputError` for models that only truncate."""
     from ..loading import long_captions_keyword
 
     try:
         return long_captions_keyword(model, mode)
     except ValueError as error:
-        raise SystemExit(f"--long-captions: {error}") from None
+        raise InputError(f"--long-captions: {error}") from None
 
 
 def report_truncation(items: list[dict], output, what: str = "captions", fix: str | None = None) -> int:
@@ -101,27 +99,12 @@ def add_example(parser: argparse.ArgumentParser, command: str) -> argparse.Argum
     return parser
 
 
-def exits_on_missing_extra(main: Callable) -> Callable:
-    """Wrap a command line's `main`: a missing optional dependency prints its message (which names the extra to
-    install) and exits with status 1, instead of a traceback."""
-
-    @functools.wraps(main)
-    def wrapper(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except MissingExtraError as error:
-            raise SystemExit(f"error: {error}") from None
-
-    return wrapper
-
-
 __all__ = [
     "DTYPE_CHOICES",
     "add_device_arguments",
     "add_example",
     "add_long_captions_argument",
     "docstring_parser",
-    "exits_on_missing_extra",
     "long_captions_options",
     "report_truncation",
     "positive_float",

@@ -4,19 +4,20 @@
 encoder), with their plumbing once.
 
 Each converter is a library function that raises `ValueError` / `FileNotFoundError` / `FileExistsError` naming the bad
-input; here one `run_converter` turns those into one `error: ...` line and exit status 2. A new converter is a
-`Converter` entry in `CONVERTERS` (its parser and its call), and `pacs-pp` lists it.
+input; here one `run_converter` turns those into one `pacs-pp COMMAND: error: ...` line and exit status 2
+(`cli/errors.py`). A new converter is a `Converter` entry in `CONVERTERS` (its parser and its call), and `pacs-pp`
+lists it.
 """
 
 import argparse
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..pacs.convert import LORA_MODES, OPENAI_HEAD_DIM
 from ..variants import OFFICIAL_VARIANTS
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import USAGE_STATUS, report_error, reports_errors
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,14 @@ class Converter:
     example: str  # one command line, the last line of --help
 
 
-def run_converter(convert: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
+def run_converter(
+    convert: Callable[[argparse.Namespace], None], args: argparse.Namespace, prog: str | None = None
+) -> int:
     """Run a parsed conversion; an error about the input prints one clear line and returns 2."""
     try:
         convert(args)
     except (ValueError, FileNotFoundError, FileExistsError) as error:  # CheckpointError, ModelDirectoryError, ...
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error, prog, USAGE_STATUS)
     return 0
 
 
@@ -370,13 +372,13 @@ def build_parser(command: str, parser: argparse.ArgumentParser | None = None) ->
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    return run_converter(CONVERTERS[command].convert, args)
+    return run_converter(CONVERTERS[command].convert, args, f"pacs-pp {command}")
 
 
 def converter_main(command: str) -> Callable[[list[str] | None], int]:
     """The `main(argv)` of a conversion script (`scripts/convert_*_checkpoint.py`)."""
 
-    @exits_on_missing_extra
+    @reports_errors(f"pacs-pp {command}")
     def main(argv: list[str] | None = None) -> int:
         return run(command, build_parser(command).parse_args(argv))
 
