@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from modeling_pacs.cli import main, score_main
+from modeling_pacs.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -146,5 +147,5 @@ def test_models_that_only_truncate_refuse_the_chunk_mode_by_name():
         pass
 
     assert long_captions_options(PolosModel(), "truncate") == {}
-    with pytest.raises(SystemExit, match="--long-captions: long captions mode 'chunks' applies to CLIP-S.*PolosModel"):
+    with pytest.raises(InputError, match="--long-captions: long captions mode 'chunks' applies to CLIP-S.*PolosModel"):
         long_captions_options(PolosModel(), "chunks")
