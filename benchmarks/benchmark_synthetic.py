@@ -23,7 +23,8 @@ import PIL.Image
 import torch
 from benchmarking_utils import best_time, positive_int
 
-from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra
+from modeling_pacs.cli.arguments import add_example
+from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.extras import require
 from modeling_pacs.synthetic.generation import BlipCaptioner, GenerationSettings, StableDiffusionGenerator
 from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
@@ -115,7 +116,7 @@ def sd15_unet_benchmark(args: argparse.Namespace):
         )
 
 
-@exits_on_missing_extra
+@reports_errors("benchmark_synthetic")
 def main(argv: list[str] | None = None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1])
     parser.formatter_class = argparse.RawDescriptionHelpFormatter

@@ -9,6 +9,7 @@ job each (see the README's Layout section).
 
 from transformers import AutoConfig, AutoModel
 
+from .errors import InputError, JobStateError, MissingExtraError, PacsError
 from .metric_spec import MetricSpec, OutputField, ScoringModel, resolve
 from .models.artifacts import CorruptArtifactError
 from .models.configuration_captioner import PACSCaptionerConfig
@@ -40,6 +41,9 @@ __all__ = [
     "OutputField",
     "ResultColumn",
     "ScoringModel",
+    "InputError",
+    "JobStateError",
+    "MissingExtraError",
     "PACSCaptionerConfig",
     "PACSCaptionerForConditionalGeneration",
     "PACSConfig",
@@ -47,6 +51,7 @@ __all__ = [
     "PACSScoreOutput",
     "PACSTextFeatures",
     "PACSVideoScoreOutput",
+    "PacsError",
     "PearlConfig",
     "PearlModel",
     "PearlOutput",

@@ -7,10 +7,11 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .errors import InputError
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
 
-class CorpusError(ValueError):
+class CorpusError(InputError):
     """A corpus row that cannot be scored; the message names the row (the CLI exits with it)."""
 
 

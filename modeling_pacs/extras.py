@@ -3,16 +3,15 @@
 
 >>> stats = require("scipy", "train", "Validation correlations")  # doctest: +SKIP
 
-Command lines catch [`MissingExtraError`] and print its message (no traceback). The remote code
-(`modeling_pacs/models/`) cannot import this module; it raises a plain `ImportError` with the same text.
+[`MissingExtraError`] is a `PacsError` (`modeling_pacs/errors.py`): command lines print its message (no traceback).
+The remote code (`modeling_pacs/models/`) cannot import this module; it raises a plain `ImportError` with the same
+text.
 """
 
 import importlib
 from types import ModuleType
 
-
-class MissingExtraError(ImportError):
-    """An optional dependency is not installed; the message names the extra that installs it."""
+from .errors import MissingExtraError
 
 
 def missing_extra_message(module: str, extra: str, purpose: str) -> str:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 from huggingface_hub import metadata_load
 
+from .errors import InputError
+
 # A Hub repository id: "name" or "owner/name" (letters, digits, '-', '_', '.'), never a filesystem path.
 HUB_ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}$")
 # Files a user's `AutoProcessor` / `AutoTokenizer` need (either set of tokenizer files is enough).
@@ -35,7 +37,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".ckpt")
 CARD_REQUIRED_METADATA = ("license", "library_name", "base_model", "tags")
 
 
-class ModelDirectoryError(ValueError):
+class ModelDirectoryError(InputError):
     """The directory is not ready for the Hub; the message lists every problem found."""
 
 

@@ -8,7 +8,8 @@ mid-write leaves only a hidden `.*.tmp` file, never a shard); a truncated, corru
 name and recomputed, and the merge verifies again, so a damaged shard is never merged (docs/concepts/recovery.md).
 `OUTPUT_DIR/manifest.json` pins what the shards were computed from (input content, image root, model, options); a
 rerun with anything different is refused with a message naming what changed. The merge reads the shards in order and
-checks that every item is there exactly once.
+checks that every item is there exactly once. A folder, manifest or shard that does not fit the request raises
+`JobStateError` (`modeling_pacs/errors.py`), whose message says what to rerun or delete.
 
 Work is split two ways, which compose:
 - `machine_index / num_machines` (independent machines, e.g. `--shard-id/--num-shards`): shard k belongs to machine
@@ -47,6 +48,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+
+from .errors import InputError, JobStateError
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +282,7 @@ class ShardReader:
 
 # ---------------------------------------------------------------------------------------------------- the job
 def launch_state(cpu: bool = False):
-    """`accelerate.PartialState` of this process, refusing a launch where the processes would not meet.
+    """`accelerate.PartialState` of this process, refusing (`InputError`) a launch where the processes would not meet.
 
     `accelerate launch --num_processes N` on a machine without GPUs starts N processes that each believe they are
     alone (so each would do everything) unless `--cpu` makes them join through gloo.
@@ -289,7 +292,7 @@ def launch_state(cpu: bool = False):
     state = PartialState(cpu=cpu)
     launched_processes = int(os.environ.get("WORLD_SIZE", "1"))
     if state.num_processes != launched_processes:
-        raise SystemExit(
+        raise InputError(
             f"launched as {launched_processes} processes but accelerate set up {state.num_processes}: on a machine "
             "without GPUs pass --cpu (so the processes join through gloo instead of each doing everything)"
         )
@@ -424,15 +427,15 @@ class ShardedJob:
             try:
                 previous = json.loads(path.read_text(encoding="utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise SystemExit(f"{path} is not valid JSON ({error}): use a new output folder") from None
+                raise JobStateError(f"{path} is not valid JSON ({error}): use a new output folder") from None
             if not isinstance(previous, dict):
-                raise SystemExit(f"{path} is not a job manifest (a JSON object): use a new output folder")
+                raise JobStateError(f"{path} is not a job manifest (a JSON object): use a new output folder")
             self.records_required = previous.pop(RECORDS_KEY, None) == RECORDS_VERSION
             keys = list(dict.fromkeys([*self.manifest, *previous]))
             changed = [key for key in keys if previous.get(key) != self.manifest.get(key)]
             if changed:
                 details = ", ".join(f"{key}: {previous.get(key)!r} -> {self.manifest.get(key)!r}" for key in changed)
-                raise SystemExit(
+                raise JobStateError(
                     f"{self.output_dir} holds shards of a different run ({details}): rerun with the same input and "
                     "options to resume, or use a new output folder"
                 )
@@ -443,7 +446,7 @@ class ShardedJob:
                 if entry.name != self.shard_dir.name and not entry.name.startswith(f".{MANIFEST_NAME}.")
             ]
             if foreign or self.finished_shards():
-                raise SystemExit(
+                raise JobStateError(
                     f"{self.output_dir} is not empty ({sorted(foreign)[:5] or 'shards'}) and holds no {MANIFEST_NAME}: "
                     "it is not this job's folder; use a new or empty output folder"
                 )
@@ -517,7 +520,7 @@ class ShardedJob:
         num_rows = num_items if num_rows is None else num_rows
         missing = self.missing_shards(num_items)
         if missing:
-            raise SystemExit(
+            raise JobStateError(
                 f"shards {missing[:10]} of {self.num_shards(num_items)} are missing: rerun the same command to "
                 "finish them"
             )
@@ -525,11 +528,13 @@ class ShardedJob:
         for shard in range(self.num_shards(num_items)):
             for row in self.verified_rows(shard, read_shard):
                 if row[id_key] != expected:
-                    raise SystemExit(f"shard {shard} has {id_key} {row[id_key]} where {id_key} {expected} belongs")
+                    raise JobStateError(f"shard {shard} has {id_key} {row[id_key]} where {id_key} {expected} belongs")
                 expected += 1
                 yield row
         if expected != num_rows:
-            raise SystemExit(f"the shards hold {expected} rows, the input {num_rows}: delete {self.shard_dir}, rerun")
+            raise JobStateError(
+                f"the shards hold {expected} rows, the input {num_rows}: delete {self.shard_dir}, rerun"
+            )
 
     def verified_rows(self, shard: int, read_shard: Callable[[Path], Iterable[dict]]) -> list[dict]:
         """Shard k's rows, after verifying it again: a damaged shard stops the merge with a message naming it."""
@@ -537,11 +542,11 @@ class ShardedJob:
         advice = "rerun the same command to recompute it"
         problem = self.shard_damage(shard)
         if problem is not None:
-            raise SystemExit(f"shard {shard} ({path}) is damaged: {problem}; {advice}")
+            raise JobStateError(f"shard {shard} ({path}) is damaged: {problem}; {advice}")
         try:
             rows = list(read_shard(path))
         except Exception as error:  # any reader's failure means the same: the shard is unreadable
-            raise SystemExit(
+            raise JobStateError(
                 f"shard {shard} ({path}) is damaged: it cannot be read ({type(error).__name__}: {str(error)[:200]}); "
                 f"{advice}"
             ) from None
@@ -550,7 +555,7 @@ class ShardedJob:
         except FileNotFoundError:
             recorded = None  # an older version's shard, verified by reading it
         if recorded is not None and recorded != len(rows):
-            raise SystemExit(f"shard {shard} ({path}) holds {len(rows)} rows, its record {recorded}; {advice}")
+            raise JobStateError(f"shard {shard} ({path}) holds {len(rows)} rows, its record {recorded}; {advice}")
         return rows
 
     def remove_temporaries(self):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import InputError
 from .models.modeling_pacs import make_world_readable
 
 # The files a saved model directory holds (transformers, PEFT, our remote code, the model card).
@@ -30,7 +31,7 @@ MODEL_DIRECTORY_ENTRIES = re.compile(
 )
 
 
-class OutputPathError(ValueError):
+class OutputPathError(InputError):
     """An output path that would destroy an input or unrelated data, or that the command cannot write."""
 
 

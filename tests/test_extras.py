@@ -14,6 +14,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
+from modeling_pacs.errors import PacsError
 from modeling_pacs.extras import MissingExtraError, missing_extra_message, require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,8 +141,16 @@ CALL_SITES = {
         stable_diffusion,
         "Generating synthetic images needs diffusers: pip install 'pacs-pp[generate]'",
     ),
-    "siglip": ("sentencepiece", siglip_cli, "error: SigLIP needs sentencepiece: pip install 'pacs-pp[siglip]'"),
-    "pearl": ("sentencepiece", pearl_cli, "error: Pearl needs sentencepiece: pip install 'pacs-pp[pearl]'"),
+    "siglip": (
+        "sentencepiece",
+        siglip_cli,
+        "pacs-pp make-tiny: error: SigLIP needs sentencepiece: pip install 'pacs-pp[siglip]'",
+    ),
+    "pearl": (
+        "sentencepiece",
+        pearl_cli,
+        "pacs-pp score: error: Pearl needs sentencepiece: pip install 'pacs-pp[pearl]'",
+    ),
     "demo": ("gradio", space, "The Space needs gradio: pip install 'pacs-pp[demo]'"),
     "captioning": (
         "pycocoevalcap",
@@ -161,7 +170,7 @@ def test_every_extra_has_a_call_site():
 def test_call_site_names_the_extra(tmp_path, monkeypatch, extra):
     module, call, message = CALL_SITES[extra]
     block(monkeypatch, module)
-    if message.startswith("error: "):  # a command line: the message, exit status 1, no traceback
+    if ": error: " in message:  # a command line: the message, exit status 1, no traceback
         with pytest.raises(SystemExit) as raised:
             call(tmp_path, monkeypatch)
         assert raised.value.code == message
@@ -169,6 +178,8 @@ def test_call_site_names_the_extra(tmp_path, monkeypatch, extra):
         with pytest.raises(ImportError) as raised:
             call(tmp_path, monkeypatch)
         assert str(raised.value) == message
+        if extra != "video":  # the remote code (models/video.py) cannot import the package: a plain ImportError
+            assert isinstance(raised.value, MissingExtraError) and isinstance(raised.value, PacsError)
 
 
 def test_message_format():

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from modeling_pacs.errors import JobStateError, PacsError
 from modeling_pacs.jobs import (
     JobProgress,
     RowBlock,
@@ -48,14 +49,14 @@ def test_merge_checks_every_item_exactly_once(tmp_path):
     assert [shard for shard in range(4) if wanted(shard)] == [0, 1, 2, 3]
     for shard in (0, 1, 3):
         job.write_jsonl_shard(shard, [{"row": row, "value": row / 7} for row in job.shard_rows(shard, 10)])
-    with pytest.raises(SystemExit, match=r"shards \[2\] of 4 are missing: rerun the same command"):
+    with pytest.raises(JobStateError, match=r"shards \[2\] of 4 are missing: rerun the same command"):
         list(job.merged_rows(10, job.read_jsonl_shard))
     job.write_jsonl_shard(2, [{"row": 6}, {"row": 6}, {"row": 8}])
-    with pytest.raises(SystemExit, match="shard 2 has row 6 where row 7 belongs"):
+    with pytest.raises(JobStateError, match="shard 2 has row 6 where row 7 belongs"):
         list(job.merged_rows(10, job.read_jsonl_shard))
     job.write_jsonl_shard(2, [{"row": row, "value": row / 7} for row in (6, 7, 8)])
     assert [row["value"] for row in job.merged_rows(10, job.read_jsonl_shard)] == [row / 7 for row in range(10)]
-    with pytest.raises(SystemExit, match="the shards hold 10 rows, the input 11"):
+    with pytest.raises(JobStateError, match="the shards hold 10 rows, the input 11"):
         list(job.merged_rows(11, job.read_jsonl_shard))
     # a restarted job does not redo finished shards
     assert not any(make_job(tmp_path).start()(shard) for shard in range(4))
@@ -70,7 +71,7 @@ def test_manifest_refuses_a_different_run_naming_what_changed(tmp_path):
     }
     other = ShardedJob(tmp_path / "job", {"input": "letters", "seed": 1}, shard_size=4)
     with pytest.raises(
-        SystemExit,
+        JobStateError,
         match=r"holds shards of a different run \(input: 'numbers' -> 'letters', seed: None -> 1, shard_size: 3 -> 4\)",
     ):
         other.start()
@@ -113,9 +114,26 @@ def test_shard_reader_and_fingerprints(tmp_path):
 def test_a_non_empty_folder_that_is_not_a_job_is_refused(tmp_path):
     (tmp_path / "job").mkdir()
     (tmp_path / "job" / "notes.txt").write_text("keep me")
-    with pytest.raises(SystemExit, match=r"job is not empty \(\['notes.txt'\]\) and holds no manifest.json: it is not"):
+    message = r"job is not empty \(\['notes.txt'\]\) and holds no manifest.json: it is not"
+    with pytest.raises(JobStateError, match=message):
         make_job(tmp_path).start()
     assert [path.name for path in (tmp_path / "job").iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", r"manifest.json is not valid JSON \(.*\): use a new output folder"),
+        ("[1, 2]", r"manifest.json is not a job manifest \(a JSON object\): use a new output folder"),
+    ],
+)
+def test_a_broken_manifest_is_an_exception_not_an_exit(tmp_path, text, message):
+    """A notebook that runs a job gets a `JobStateError` (a `PacsError`) it can catch; the kernel never exits."""
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "manifest.json").write_text(text)
+    with pytest.raises(JobStateError, match=message) as raised:
+        make_job(tmp_path).start()
+    assert isinstance(raised.value, PacsError) and not isinstance(raised.value, ValueError)
 
 
 class FakeStream(io.StringIO):
@@ -202,7 +220,7 @@ def test_a_damaged_shard_is_never_merged_and_a_restart_recomputes_it(tmp_path, d
     path = job.shard_path(1)
     damage_shard(path)
     with pytest.raises(
-        SystemExit, match=rf"shard 1 \(.*shard-0000001.jsonl\) is damaged: .*{message}.*; rerun the same"
+        JobStateError, match=rf"shard 1 \(.*shard-0000001.jsonl\) is damaged: .*{message}.*; rerun the same"
     ):
         list(job.merged_rows(10, job.read_jsonl_shard))
     restarted = make_job(tmp_path)
@@ -220,7 +238,7 @@ def test_a_damaged_shard_is_never_merged_and_a_restart_recomputes_it(tmp_path, d
 def test_a_deleted_shard_whose_record_remains_is_named_and_recomputed(tmp_path, caplog):
     job = finished_job(tmp_path)
     job.shard_path(2).unlink()  # also what a kill between the record's rename and the shard's leaves
-    with pytest.raises(SystemExit, match=r"shards \[2\] of 4 are missing"):
+    with pytest.raises(JobStateError, match=r"shards \[2\] of 4 are missing"):
         list(job.merged_rows(10, job.read_jsonl_shard))
     with caplog.at_level("WARNING", logger="modeling_pacs.jobs"):
         wanted = make_job(tmp_path).start()
@@ -274,7 +292,7 @@ def test_an_older_versions_job_without_records_still_resumes(tmp_path, caplog):
     # a legacy shard that parses but is short is not merged either
     cut_last_line(job.shard_path(1))
     record_path(job.shard_path(1)).unlink(missing_ok=True)
-    with pytest.raises(SystemExit, match="shard 2 has row 6 where row 5 belongs"):
+    with pytest.raises(JobStateError, match="shard 2 has row 6 where row 5 belongs"):
         list(resumed.merged_rows(10, job.read_jsonl_shard))
 
 

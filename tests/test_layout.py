@@ -1,6 +1,6 @@
 """The layout's rules, checked on the source: no import cycles (function-level imports included), the remote code is
 exactly `models/`, tiny builders only behind the sanctioned doors, one registry of Hub ids, no `sys.path` edits, thin
-scripts, and tests that import library modules rather than scripts."""
+scripts, tests that import library modules rather than scripts, and no `SystemExit` outside the command lines."""
 
 import ast
 import sys
@@ -189,3 +189,23 @@ def test_tests_import_library_modules_not_scripts():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("spec_from_file_location"):
                 assert "scripts" not in ast.unparse(node), f"{path.relative_to(REPO_ROOT)}:{node.lineno}"
+
+
+def test_only_the_command_lines_exit():
+    """The library raises typed errors (`modeling_pacs/errors.py`); `SystemExit` belongs to `modeling_pacs/cli/`, so a
+    notebook's kernel never exits on bad input. Names, attributes, comments and docstrings are all checked."""
+    cli = PACKAGE / "cli"
+    paths = [*PACKAGE.rglob("*.py"), *(REPO_ROOT / "metric").rglob("*.py"), *(REPO_ROOT / "space").rglob("*.py")]
+    found = []
+    for path in sorted(path for path in paths if cli not in path.parents):
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if name == "SystemExit":
+                found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+        found += [
+            f"{path.relative_to(REPO_ROOT)}:{number} (text)"
+            for number, line in enumerate(text.splitlines(), 1)
+            if "SystemExit" in line and f"{path.relative_to(REPO_ROOT)}:{number}" not in found
+        ]
+    assert not found, "raise an error of modeling_pacs/errors.py instead:\n" + "\n".join(found)

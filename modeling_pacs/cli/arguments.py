@@ -1,11 +1,9 @@
 """Argument types and parser helpers shared by every command line of the package."""
 
 import argparse
-import functools
-from collections.abc import Callable
 from pathlib import Path
 
-from ..extras import MissingExtraError
+from ..errors import InputError
 
 
 def positive_int(text: str) -> int:
@@ -55,14 +53,14 @@ def add_long_captions_argument(parser: argparse.ArgumentParser):
 
 def long_captions_options(model, mode: str, **settings) -> dict:
     """The options of `score` / `score_videos` for `--long-captions` and the command's other settings (batch sizes,
-    progress; those the model's spec does not declare are left out); a `SystemExit` for `--long-captions chunks` on a
+    progress; those the model's spec does not declare are left out); an `InputError` for `--long-captions chunks` on a
     model that only truncates."""
     from ..loading import score_options
 
     try:
         return score_options(model, mode, **settings)
     except ValueError as error:
-        raise SystemExit(f"--long-captions: {error}") from None
+        raise InputError(f"--long-captions: {error}") from None
 
 
 def report_truncation(items: list[dict], output, what: str = "captions", fix: str | None = None) -> int:
@@ -119,20 +117,6 @@ def add_example(parser: argparse.ArgumentParser, command: str) -> argparse.Argum
     return parser
 
 
-def exits_on_missing_extra(main: Callable) -> Callable:
-    """Wrap a command line's `main`: a missing optional dependency prints its message (which names the extra to
-    install) and exits with status 1, instead of a traceback."""
-
-    @functools.wraps(main)
-    def wrapper(*args, **kwargs):
-        try:
-            return main(*args, **kwargs)
-        except MissingExtraError as error:
-            raise SystemExit(f"error: {error}") from None
-
-    return wrapper
-
-
 __all__ = [
     "DTYPE_CHOICES",
     "add_device_arguments",
@@ -140,7 +124,6 @@ __all__ = [
     "add_long_captions_argument",
     "add_output_arguments",
     "docstring_parser",
-    "exits_on_missing_extra",
     "long_captions_options",
     "report_truncation",
     "positive_float",

@@ -3,17 +3,17 @@
 module builds and runs them with their plumbing once.
 
 Each converter is a library function that raises `ValueError` / `FileNotFoundError` / `FileExistsError` naming the bad
-input; here one `run_converter` turns those into one `error: ...` line and exit status 2. A new converter is a
-`ConverterCommand` in its metric's spec, and `pacs-pp` lists it.
+input; here one `run_converter` turns those into one `pacs-pp COMMAND: error: ...` line and exit status 2
+(`cli/errors.py`). A new converter is a `ConverterCommand` in its metric's spec, and `pacs-pp` lists it.
 """
 
 import argparse
-import sys
 from collections.abc import Callable
 
 from ..metric_spec import ConverterCommand
 from ..registry import METRICS
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import USAGE_STATUS, report_error, reports_errors
 
 # command -> its spec entry, in registry order
 CONVERTERS: dict[str, ConverterCommand] = {
@@ -21,13 +21,14 @@ CONVERTERS: dict[str, ConverterCommand] = {
 }
 
 
-def run_converter(convert: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
+def run_converter(
+    convert: Callable[[argparse.Namespace], None], args: argparse.Namespace, prog: str | None = None
+) -> int:
     """Run a parsed conversion; an error about the input prints one clear line and returns 2."""
     try:
         convert(args)
     except (ValueError, FileNotFoundError, FileExistsError) as error:  # CheckpointError, ModelDirectoryError, ...
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error, prog, USAGE_STATUS)
     return 0
 
 
@@ -43,13 +44,13 @@ def build_parser(command: str, parser: argparse.ArgumentParser | None = None) ->
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    return run_converter(CONVERTERS[command].resolve("convert"), args)
+    return run_converter(CONVERTERS[command].resolve("convert"), args, f"pacs-pp {command}")
 
 
 def converter_main(command: str) -> Callable[[list[str] | None], int]:
     """The `main(argv)` of a conversion script (`scripts/convert_*_checkpoint.py`)."""
 
-    @exits_on_missing_extra
+    @reports_errors(f"pacs-pp {command}")
     def main(argv: list[str] | None = None) -> int:
         return run(command, build_parser(command).parse_args(argv))
 

@@ -10,7 +10,9 @@ import logging
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_device_arguments, add_example, exits_on_missing_extra
+from modeling_pacs.cli.arguments import add_device_arguments, add_example
+from modeling_pacs.cli.errors import reports_errors
+from modeling_pacs.errors import InputError
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
 from modeling_pacs.evaluation.harness import HarnessConfig, run
 from modeling_pacs.evaluation.report import format_systems, format_table
@@ -161,14 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exits_on_missing_extra
+@reports_errors("evaluate_benchmarks")
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     if args.benchmark and args.data_dir is None:
-        raise SystemExit("--benchmark needs --data-dir (the local copy of the original files)")
+        raise InputError("--benchmark needs --data-dir (the local copy of the original files)")
     if args.dump_items and not args.benchmark:
-        raise SystemExit("--dump-items needs --benchmark")
+        raise InputError("--dump-items needs --benchmark")
     for name in (
         "pascal_draws",
         "pascal_per_draw",
@@ -178,9 +180,9 @@ def main(argv: list[str] | None = None) -> dict:
         "chunk_size",
     ):
         if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+            raise InputError(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.pascal_seed < 0:
-        raise SystemExit(f"--pascal-seed must be >= 0, got {args.pascal_seed}")
+        raise InputError(f"--pascal-seed must be >= 0, got {args.pascal_seed}")
     options = BenchmarkOptions(
         official_rounding=args.official_rounding,
         composite_remove_candidate=args.composite_remove_candidate,
@@ -220,10 +222,8 @@ def main(argv: list[str] | None = None) -> dict:
         progress=False if args.quiet else None,
         long_captions=list(dict.fromkeys(args.long_captions)),
     )
-    try:
+    with reports_errors("evaluate_benchmarks", ValueError, FileNotFoundError, RuntimeError):
         results = run(config, options)
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
-        raise SystemExit(f"error: {error}") from error
     for result in results["benchmarks"].values():
         if result["rows"]:
             print(format_table(result))

@@ -22,10 +22,11 @@ from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, fraction_outside
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import reports_errors
 
 
-@exits_on_missing_extra
+@reports_errors("extract_pearl_features")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -31,8 +31,10 @@ import os
 import time
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_int
+from modeling_pacs.cli.arguments import add_example, positive_int
+from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data import load_datasets, select_split
+from modeling_pacs.errors import InputError
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
 from modeling_pacs.output_paths import OutputPathError, check_output_directory
 from modeling_pacs.synthetic.generation import (
@@ -115,22 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_sources(args: argparse.Namespace) -> list:
     if bool(args.karpathy_json) == bool(args.dataset):
-        raise SystemExit("give exactly one input: --karpathy-json (with --image-root) or --dataset")
+        raise InputError("give exactly one input: --karpathy-json (with --image-root) or --dataset")
     if args.karpathy_json:
         if args.image_root is None:
-            raise SystemExit("--karpathy-json needs --image-root (the folder that holds train2014/ and val2014/)")
+            raise InputError("--karpathy-json needs --image-root (the folder that holds train2014/ and val2014/)")
         if not args.karpathy_json.is_file():
-            raise SystemExit(f"--karpathy-json {args.karpathy_json} does not exist")
+            raise InputError(f"--karpathy-json {args.karpathy_json} does not exist")
         if not args.image_root.is_dir():
-            raise SystemExit(f"--image-root {args.image_root} is not a folder (it should hold train2014/, val2014/)")
-        try:
+            raise InputError(f"--image-root {args.image_root} is not a folder (it should hold train2014/, val2014/)")
+        with reports_errors("generate_synthetic", ValueError):
             return karpathy_images(args.karpathy_json, args.image_root, [s for s in args.splits.split(",") if s])
-        except ValueError as error:
-            raise SystemExit(str(error)) from None
-    try:
+    with reports_errors("generate_synthetic", ValueError):
         dataset = select_split(load_datasets(args.dataset), args.dataset_split, args.dataset)
-    except ValueError as error:
-        raise SystemExit(str(error)) from None
     return dataset_images(dataset, args.image_column, args.caption_column, args.dataset_split)
 
 
@@ -156,13 +154,13 @@ def rewrite_folder(folder: Path) -> dict:
     """--rewrite-row-groups: every parquet file under `folder`, one at a time."""
     files = sorted(folder.glob("**/*.parquet")) if folder.is_dir() else []
     if not files:
-        raise SystemExit(f"--rewrite-row-groups {folder}: no .parquet files found")
+        raise InputError(f"--rewrite-row-groups {folder}: no .parquet files found")
     rewritten = [file for file in files if rewrite_row_groups(file)]
     print(f"rewrote {len(rewritten)} of {len(files)} parquet files with row groups of {ROW_GROUP_ROWS} rows")
     return {"files": len(files), "rewritten": len(rewritten)}
 
 
-@exits_on_missing_extra
+@reports_errors("generate_synthetic")
 def main(argv: list[str] | None = None) -> dict | None:
     """Generate this process's shards; once all are there, check them and write summary.json (returned)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     state = launch_state(args.cpu)
     dtype = ("fp16" if state.device.type == "cuda" else "fp32") if args.dtype == "auto" else args.dtype
     if dtype == "fp16" and state.device.type == "cpu":
-        raise SystemExit("--dtype fp16 needs a GPU (CPU kernels for half precision are missing or slow): use fp32")
+        raise InputError("--dtype fp16 needs a GPU (CPU kernels for half precision are missing or slow): use fp32")
     try:
         settings = GenerationSettings(
             captioner=args.captioner,
@@ -197,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict | None:
             dtype=dtype,
         )
     except ValueError as error:
-        raise SystemExit(f"invalid option: {error}") from None
+        raise InputError(f"invalid option: {error}") from None
     sources = load_sources(args)
     try:  # the job's own folder may exist (resumption); the place rules still hold
         inputs = [
@@ -219,9 +217,9 @@ def main(argv: list[str] | None = None) -> dict | None:
             read_shard=read_shard_ids,  # verifies shards an older version wrote without a checksum record
         )
     except OutputPathError as error:
-        raise SystemExit(f"--output-dir: {error}") from None
+        raise InputError(f"--output-dir: {error}") from None
     except ValueError as error:
-        raise SystemExit(f"invalid option: {error}") from None
+        raise InputError(f"invalid option: {error}") from None
     wanted = job.start()
     num_rows = sum(len(source.captions) for source in sources)
     shards = [shard for shard in range(job.num_shards(len(sources))) if wanted(shard)]

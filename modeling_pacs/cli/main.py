@@ -12,8 +12,9 @@ from ..metric_spec import resolve
 from ..output_paths import check_output_directory
 from ..registry import TINY_BACKBONES, TINY_SPECS, TINY_VARIANTS, parse_tiny_alias, tiny_alias
 from . import convert
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
 from .convert import CONVERTERS
+from .errors import reports_errors
 from .score import SCORE_EPILOG, build_score_parser, run_score
 
 
@@ -61,22 +62,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exits_on_missing_extra
 def main(argv: list[str] | None = None):
     """`pacs-pp`: utilities (score, make-tiny, the converters, register-metric)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
+    prog = f"pacs-pp {args.command}"
+    with reports_errors(prog):
+        return run_command(prog, args)
+
+
+def run_command(prog: str, args: argparse.Namespace):
+    """Run the parsed command; the errors each one reports as a line besides the package's are named here."""
     if args.command == "score":
-        try:
+        with reports_errors(prog, OSError, ValueError, TypeError):
             run_score(args)
-        except (OSError, ValueError, TypeError) as error:
-            raise SystemExit(f"pacs-pp score: error: {error}") from None
     elif args.command == "make-tiny":
-        try:
+        with reports_errors(prog, ValueError):
             check_output_directory(args.output, overwrite=args.overwrite)
             parse_tiny_alias(tiny_alias(args.variant, args.backbone))  # a backbone the variant's family has
-        except ValueError as error:
-            raise SystemExit(f"pacs-pp make-tiny: error: {error}") from None
         if args.output.is_dir() and any(args.output.iterdir()):
             shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
         builder = resolve(TINY_SPECS[args.variant].tiny.builder)  # a builder of `modeling_pacs.testing`

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import torch
 
-from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra
+from modeling_pacs.cli.arguments import add_example
+from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.pearl.hadamard_init import (
     ACCEPTED_MSE,
     HADAMARD_INIT_PATH,
@@ -20,7 +21,7 @@ from modeling_pacs.pearl.hadamard_init import (
 )
 
 
-@exits_on_missing_extra
+@reports_errors("pretrain_hadamard")
 def main(argv: list[str] | None = None) -> int:
     defaults = HadamardRecipe()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

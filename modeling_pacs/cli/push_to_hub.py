@@ -12,10 +12,11 @@ import sys
 
 from modeling_pacs.hub import ModelDirectoryError, push_model_directory
 
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import USAGE_STATUS, report_error, reports_errors
 
 
-@exits_on_missing_extra
+@reports_errors("push_to_hub")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="a model directory (converted or trained)")
@@ -27,8 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         push_model_directory(args.folder, args.repo_id, dry_run=args.dry_run, private=args.private)
     except (ModelDirectoryError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        return report_error(error, "push_to_hub", USAGE_STATUS)
     return 0
 
 

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, read_items
+from ..errors import InputError
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from ..output_paths import check_output_file
@@ -16,11 +17,11 @@ from .arguments import (
     add_device_arguments,
     add_example,
     add_long_captions_argument,
-    exits_on_missing_extra,
     long_captions_options,
     positive_int,
     report_truncation,
 )
+from .errors import reports_errors
 from .video import VIDEO_EPILOG, add_video_arguments, is_video_run, run_video_score
 
 logger = logging.getLogger("pacs_pp")
@@ -115,7 +116,7 @@ def run_score(args: argparse.Namespace) -> dict:
     quiet_libraries(args.verbose)
     image_root = args.image_root or args.input.parent
     if not args.input.is_file():
-        raise SystemExit(f"input file '{args.input}' does not exist")
+        raise InputError(f"input file '{args.input}' does not exist")
     if args.output:
         check_output_file(args.output, inputs=[args.input, args.references], suffixes=OUTPUT_SUFFIXES)
     items = read_items(args.input, image_root)
@@ -124,9 +125,9 @@ def run_score(args: argparse.Namespace) -> dict:
     with_references = [item for item in items if item.get("references")]
     if with_references and len(with_references) != len(items):
         missing = next(index for index, item in enumerate(items) if not item.get("references"))
-        raise SystemExit(f"item {missing} ('{items[missing]['image']}') has no references while others do")
+        raise InputError(f"item {missing} ('{items[missing]['image']}') has no references while others do")
     if not with_references and (args.references or any("references" in item for item in items)):
-        raise SystemExit(
+        raise InputError(
             "references were given but every item's reference list is empty: give at least one reference per item, "
             "or leave references out for the reference-free score"
         )
@@ -168,12 +169,9 @@ def run_score(args: argparse.Namespace) -> dict:
     return means
 
 
-@exits_on_missing_extra
 def score_main(argv: list[str] | None = None):
     """`pacs-score`: score captions from a JSON/JSONL/CSV file."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_score_parser().parse_args(argv)
-    try:
+    with reports_errors("pacs-score", OSError, ValueError, TypeError):
         run_score(args)
-    except (OSError, ValueError, TypeError) as error:
-        raise SystemExit(f"pacs-score: error: {error}") from None

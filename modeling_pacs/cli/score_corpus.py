@@ -33,7 +33,6 @@ from pathlib import Path
 from modeling_pacs.caption_files import resolve_image
 from modeling_pacs.cli.arguments import add_long_captions_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
-    CorpusError,
     csv_rows,
     dataset_blocks,
     jsonl_blocks,
@@ -46,6 +45,7 @@ from modeling_pacs.corpus_scoring import (
     undecoded_images,
 )
 from modeling_pacs.data import is_saved_dataset
+from modeling_pacs.errors import InputError, PacsError
 from modeling_pacs.jobs import (
     JobProgress,
     RowBlock,
@@ -59,7 +59,8 @@ from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.results import item_rows, result_columns, score_labels
 
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import reports_errors
 
 logger = logging.getLogger("score_corpus")
 
@@ -77,14 +78,14 @@ def open_corpus(args: argparse.Namespace, count: bool) -> tuple[Iterator[RowBloc
     if source.is_file() and suffix == ".parquet":
         return parquet_blocks(source, columns), parquet_row_count(source)
     if source.is_file():
-        raise SystemExit(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
+        raise InputError(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
     import datasets
 
     if is_saved_dataset(source):
         dataset = datasets.load_from_disk(str(source))
         if isinstance(dataset, datasets.DatasetDict):
             if args.split not in dataset:
-                raise SystemExit(f"{source}: no split '{args.split}' (splits: {sorted(dataset)}); pass --split")
+                raise InputError(f"{source}: no split '{args.split}' (splits: {sorted(dataset)}); pass --split")
             dataset = dataset[args.split]
         return dataset_blocks(undecoded_images(dataset, args.image_column)), len(dataset)
     streamed = datasets.load_dataset(str(source), split=args.split, streaming=True)
@@ -100,13 +101,13 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
     for offset, row in enumerate(rows):
         missing = [column for column in needed if row.get(column) is None]
         if missing:
-            raise SystemExit(
+            raise InputError(
                 f"row {first_row + offset} lacks {missing} (columns: {sorted(row)}); set --image-column, "
                 "--caption-column or --references-column"
             )
         absent = [column for column in args.keep_columns if column not in row]
         if absent:
-            raise SystemExit(
+            raise InputError(
                 f"--keep-columns names {absent}, which row {first_row + offset} does not have (columns: "
                 f"{sorted(row)}): check the spelling"
             )
@@ -127,8 +128,10 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
                 progress=False,
             ),
         )
+    except PacsError:
+        raise  # about the options, not the rows (--long-captions)
     except (OSError, ValueError, TypeError) as error:
-        raise SystemExit(
+        raise InputError(
             f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}; item i is row {first_row} + i): {error}. "
             "Finished shards are kept: fix the input and rerun the same command to resume"
         ) from None
@@ -206,32 +209,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exits_on_missing_extra
 def main(argv: list[str] | None = None) -> dict | None:
     """Score this process's shards, then (main process) merge everything. Returns the summary on the main process."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
-    try:
+    with reports_errors("score_corpus"):  # CorpusError, JobStateError, ...
         return run(args)
-    except CorpusError as error:
-        raise SystemExit(str(error)) from None
 
 
 def run(args: argparse.Namespace) -> dict | None:
     # The run reports the number of truncated captions once, at the end, instead of a warning per shard.
     warnings.filterwarnings("ignore", message=r"some .* are longer than the text encoder")
     if args.shard_size < 1:
-        raise SystemExit("--shard-size must be at least 1")
+        raise InputError("--shard-size must be at least 1")
     if args.batch_size < 1:
-        raise SystemExit(f"--batch-size must be at least 1, got {args.batch_size}")
+        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
-        raise SystemExit(f"input '{args.input}' does not exist")
+        raise InputError(f"input '{args.input}' does not exist")
     state = launch_state(args.cpu)
     image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
     try:  # a resumable folder of this command's own: existing content is fine, the place rules still hold
         check_output_directory(args.output_dir, inputs=[args.input], allow_existing=True)
     except ValueError as error:
-        raise SystemExit(f"--output-dir: {error}") from None
+        raise InputError(f"--output-dir: {error}") from None
     job = ShardedJob(
         args.output_dir,
         run_manifest(args, image_root),

@@ -18,7 +18,8 @@ import urllib.request
 from pathlib import Path
 
 from ..extras import require
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import reports_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPACE_APP = REPO_ROOT / "space" / "app.py"
@@ -133,13 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
     return add_example(parser, "python scripts/space_screenshot.py --output docs/images/space.png")
 
 
-@exits_on_missing_extra
+@reports_errors("space_screenshot")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
+    with reports_errors("space_screenshot", OSError, RuntimeError):
         path = take_space_screenshot(args.output, args.chromium)
-    except (OSError, RuntimeError) as error:
-        raise SystemExit(f"error: {error}") from None
     print(f"screenshot of the Space saved to {path}")
     return 0
 

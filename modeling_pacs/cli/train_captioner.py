@@ -45,8 +45,10 @@ from modeling_pacs.captioning.training import (
     validate_caption_rows,
     xe_scheduler,
 )
-from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, positive_float, positive_int
+from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data import memory_mapped_rows
+from modeling_pacs.errors import InputError
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.loading import load_model
 from modeling_pacs.output_paths import check_output_directory
@@ -138,18 +140,17 @@ def default_model(name: str | None, fallback: str, tiny: bool) -> str:
     return fallback
 
 
-@exits_on_missing_extra
+@reports_errors("train_captioner")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     output_dir = Path(args.output_dir)
-    try:  # the project's place rules; resuming into the folder is this script's own policy below
+    # The project's place rules; resuming into the folder is this script's own policy below.
+    with reports_errors("train_captioner", ValueError):
         inputs = [args.dataset, args.karpathy_json, args.image_root, args.feature_cache, args.init]
         check_output_directory(output_dir, inputs=inputs, allow_existing=True, what="output_dir")
-    except ValueError as error:
-        raise SystemExit(str(error)) from None
     if output_dir.is_dir() and any(output_dir.iterdir()) and not (args.overwrite or args.resume_from_checkpoint):
-        raise SystemExit(
+        raise InputError(
             f"output_dir {output_dir} is not empty: continue with --resume_from_checkpoint last, or pass --overwrite"
         )
     xe = args.stage == "xe"
@@ -177,14 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     if training_args.world_size > 1:  # every process has checked output_dir before anything is written into it
         torch.distributed.barrier()
     data_dir = output_dir / "training-data"  # every process writes the same row tables (atomically)
-    try:  # every row and image is checked before any step runs
+    with reports_errors("train_captioner", ValueError, FileNotFoundError):  # every row and image, before any step
         train_rows = load_caption_dataset(
             args.dataset, args.train_split, args.karpathy_json, args.image_root, args.max_train_samples, data_dir
         )
         data_file = args.dataset or args.karpathy_json
         train_rows = validate_caption_rows(train_rows, data_file, args.train_split, args.skip_bad_images)
-    except (ValueError, FileNotFoundError) as error:  # TrainingDataError
-        raise SystemExit(f"train_captioner: error: {error}") from None
     train_dataset = train_rows.dataset
     if args.feature_cache:
         feature_cache = VisualFeatureCache(args.feature_cache, captioner)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
+from modeling_pacs.errors import InputError
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.output_paths import check_output_directory
@@ -49,7 +50,8 @@ from modeling_pacs.pacs.training import (
 from modeling_pacs.registry import PRETRAINED_MODELS, parse_tiny_alias
 from modeling_pacs.tokenization import build_processor
 
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import reports_errors
 
 logger = logging.getLogger("train_pacs")
 
@@ -109,7 +111,7 @@ class DataArguments:
     )
 
 
-@exits_on_missing_extra
+@reports_errors("train_pacs")
 def main(argv: list[str] | None = None):
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     # docs/spec/pacs.md#training: AdamW at a constant 1e-4 (the paper names no schedule); command-line flags override
@@ -122,9 +124,9 @@ def main(argv: list[str] | None = None):
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
     if model_args.recipe not in RECIPES:
-        raise SystemExit(f"--recipe must be one of {sorted(RECIPES)}, got {model_args.recipe!r}")
+        raise InputError(f"--recipe must be one of {sorted(RECIPES)}, got {model_args.recipe!r}")
     if model_args.loss not in LOSS_TYPES:
-        raise SystemExit(f"--loss must be one of {list(LOSS_TYPES)}, got {model_args.loss!r}")
+        raise InputError(f"--loss must be one of {list(LOSS_TYPES)}, got {model_args.loss!r}")
     recipe = RECIPES[model_args.recipe]
     lambda_v = recipe.lambda_v if model_args.lambda_v is None else model_args.lambda_v
     lambda_t = recipe.lambda_t if model_args.lambda_t is None else model_args.lambda_t
@@ -132,9 +134,9 @@ def main(argv: list[str] | None = None):
 
     for name, value in (("--lambda_v", lambda_v), ("--lambda_t", lambda_t)):
         if not math.isfinite(value) or value < 0:
-            raise SystemExit(f"{name} must be a finite number >= 0, got {value}")
+            raise InputError(f"{name} must be a finite number >= 0, got {value}")
     if data_args.early_stopping_steps < 1:
-        raise SystemExit(f"--early_stopping_steps must be >= 1, got {data_args.early_stopping_steps}")
+        raise InputError(f"--early_stopping_steps must be >= 1, got {data_args.early_stopping_steps}")
     try:
         check_output_directory(
             training_args.output_dir,
@@ -142,9 +144,9 @@ def main(argv: list[str] | None = None):
             allow_existing=True,  # checkpoints of this run live there: --resume_from_checkpoint continues them
         )
     except ValueError as error:
-        raise SystemExit(f"--output_dir: {error}") from None
+        raise InputError(f"--output_dir: {error}") from None
 
-    try:
+    with reports_errors("train_pacs", ValueError, TypeError, KeyError, FileNotFoundError):
         data = load_training_data(
             columns,
             Path(training_args.output_dir) / "training-data",
@@ -160,15 +162,13 @@ def main(argv: list[str] | None = None):
         )
         if training_args.resume_from_checkpoint:
             check_resumed_data(training_args.resume_from_checkpoint, data.digests)
-    except (ValueError, TypeError, KeyError, FileNotFoundError) as error:
-        raise SystemExit(str(error)) from None
     train, validation = data.train, data.validation
     # Seed before the model is built: the LoRA matrices are initialised randomly when the adapter is attached, and
     # Trainer seeds only later, so two runs with the same --seed would otherwise start from different weights.
     set_seed(training_args.seed)
     model = load_model(model_args.model_name_or_path)
     if model_args.loss == "sigmoid" and getattr(model.clip, "logit_bias", None) is None:
-        raise SystemExit("--loss sigmoid needs a SigLIP backbone (it has the logit_bias): use --loss info_nce")
+        raise InputError("--loss sigmoid needs a SigLIP backbone (it has the logit_bias): use --loss info_nce")
     name = model_args.model_name_or_path
     if not (Path(name).is_dir() or parse_tiny_alias(name)):
         # The adapter's adapter_config.json names the Hub id of the weights it was trained on.

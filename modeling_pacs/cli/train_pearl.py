@@ -30,10 +30,11 @@ from modeling_pacs.pearl.training import (
 )
 from modeling_pacs.supervised.data import LAYOUTS, RowError, in_split, read_rows, split_paths, validate_rows
 
-from .arguments import add_example, exits_on_missing_extra
+from .arguments import add_example
+from .errors import reports_errors
 
 
-@exits_on_missing_extra
+@reports_errors("train_pearl")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.output.is_dir() and any(args.output.iterdir()) and not (args.resume or args.overwrite):
         parser.error(f"--output {args.output} is not empty: pass --resume to continue or --overwrite")
-    try:  # every row is checked, and found in the feature cache, before the model is built and any step runs
+    # Every row is checked, and found in the feature cache, before the model is built and any step runs.
+    with reports_errors("train_pearl", ValueError, FileNotFoundError):  # RowError, TrainingDataError
         for path, option in ((args.data, "--data"), (args.cache, "--cache"), (args.init, "--init")):
             check_data_path(path, option)
         paths = split_paths(args.data, args.layout)
@@ -76,8 +78,6 @@ def main(argv: list[str] | None = None) -> int:
         cache = FeatureCache(args.cache)
         for split, rows in splits.items():
             check_rows_in_cache(rows, cache, paths[split].name, split, args.layout)
-    except (ValueError, FileNotFoundError) as error:  # RowError, TrainingDataError
-        raise SystemExit(f"train_pearl: error: {error}") from None
     train_rows, val_rows = splits["train"], splits["val"]
     config = PearlConfig.from_pretrained(args.init)
     model = new_pearl_model(config)

@@ -20,8 +20,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_example, exits_on_missing_extra, positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, positive_float, positive_int
+from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data.validation import check_data_path
+from modeling_pacs.errors import InputError
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.modeling_polos import PolosModel
@@ -37,7 +39,7 @@ from modeling_pacs.polos.training import (
 from modeling_pacs.supervised.data import RowError, in_split, validate_rows
 
 
-@exits_on_missing_extra
+@reports_errors("train_polos")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="Polos directory, Hub id or 'tiny:polos' to start from")
@@ -64,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    try:  # every row and image is checked before the model is built and any step runs
+    # Every row and image is checked before the model is built and any step runs.
+    with reports_errors("train_polos", ValueError, FileNotFoundError):  # RowError, TrainingDataError
         splits = {}
         for split, path in (("train", args.train), ("validation", args.validation)):
             check_data_path(path, f"--{split}")
@@ -74,12 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             except RowError as error:
                 raise in_split(error, split, path) from None
             splits[split] = validate_rows(rows, path.name, split, layout, True, args.skip_bad_images)
-    except (ValueError, FileNotFoundError) as error:  # RowError, TrainingDataError
-        raise SystemExit(f"train_polos: error: {error}") from None
     train, validation = splits["train"], splits["validation"]
     model = load_model(args.model)
     if not isinstance(model, PolosModel):
-        raise SystemExit(f"--model '{args.model}' is not a Polos model (model_type polos)")
+        raise InputError(f"--model '{args.model}' is not a Polos model (model_type polos)")
     training_arguments, callback = polos_training_arguments(
         args.output_dir,
         early_stopping=args.early_stopping,

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ..caption_files import format_results
+from ..errors import InputError
 from ..jobs import write_text_atomically
 from ..models.video import VIDEO_EXTENSIONS
 from .arguments import long_captions_options, positive_int, report_truncation
@@ -46,13 +47,13 @@ def is_video_run(args: argparse.Namespace, items: list[dict]) -> bool:
     is_video = [str(item["image_path"]).lower().endswith(VIDEO_EXTENSIONS) for item in items]
     if any(is_video) and not all(is_video):
         first_image = is_video.index(False)
-        raise SystemExit(
+        raise InputError(
             f"item {first_image} ('{items[first_image]['image']}') is not a video while item {is_video.index(True)} "
             "is: score images and videos in separate runs"
         )
     video = bool(items) and all(is_video)
     if not video and (args.num_frames is not None or args.idf != "on"):
-        raise SystemExit("--num-frames and --idf apply to videos only: these items are images (or pass --video)")
+        raise InputError("--num-frames and --idf apply to videos only: these items are images (or pass --video)")
     return video
 
 
@@ -62,12 +63,12 @@ def read_idf_option(value: str) -> bool | list[str]:
         return value == "on"
     path = Path(value)
     if not path.is_file():
-        raise SystemExit(f"--idf must be 'on', 'off' or an existing corpus file; '{value}' is none of these")
+        raise InputError(f"--idf must be 'on', 'off' or an existing corpus file; '{value}' is none of these")
     text = path.read_text(encoding="utf-8")
     if path.suffix.lower() == ".json":
         corpus = json.loads(text)
         if not isinstance(corpus, list) or not all(isinstance(caption, str) for caption in corpus):
-            raise SystemExit(f"--idf {path}: a JSON corpus must be a list of caption strings")
+            raise InputError(f"--idf {path}: a JSON corpus must be a list of caption strings")
         return corpus
     return [line for line in text.splitlines() if line.strip()]
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..errors import InputError
+
 # One row per human caption, in file order.
 KARPATHY_SCHEMA = pa.schema(
     [
@@ -42,7 +44,7 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _BATCH_ROWS = 65_536
 
 
-class KarpathyFormatError(ValueError):
+class KarpathyFormatError(InputError):
     """The file is not a Karpathy `dataset_coco.json`; the message names the file, the entry and the layout."""
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InputError
 from .karpathy import iter_karpathy_batches
 from .row_tables import RowTableWriter
 from .sources import RowSource, open_source
@@ -35,7 +36,7 @@ SYNTHETIC_CAPTION_COLUMN = "synthetic_caption"
 KARPATHY_TRAINING_SPLITS = {"train": ("train", "restval"), "validation": ("val",)}
 
 
-class SyntheticDataError(ValueError):
+class SyntheticDataError(InputError):
     """The synthetic data cannot be joined to the captions; the message names the rows and the fix."""
 
 

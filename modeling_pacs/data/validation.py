@@ -21,6 +21,8 @@ from typing import Any
 
 import PIL.Image
 
+from ..errors import InputError
+
 logger = logging.getLogger(__name__)
 
 # JPEGs are decoded at the smallest DCT scale at or above this size: enough to find truncated or garbled data.
@@ -34,7 +36,7 @@ CAPTION_FIX = "fill in the caption or drop the row"
 SKIP_FIX = "replace or remove the file, or pass --skip_bad_images to drop rows whose image does not decode"
 
 
-class TrainingDataError(ValueError):
+class TrainingDataError(InputError):
     """Training data that cannot be trained on; the message names the file, the split, the row and the fix."""
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
+
 logger = logging.getLogger("pacs_pp.benchmarks")
 
 DOCS = "docs/guides/benchmark-releases.md"
@@ -24,7 +26,7 @@ DOCS = "docs/guides/benchmark-releases.md"
 RATED_CSV_LAYOUT = "a CSV with columns mt, refs (a Python list literal), score, imgid"
 
 
-class BenchmarkDataError(ValueError):
+class BenchmarkDataError(InputError):
     """A benchmark file is missing or does not have the layout of the original release."""
 
 

@@ -60,7 +60,9 @@ SAFETENSORS_DTYPE_BYTES = {
 class CorruptArtifactError(ValueError):
     """A file of a model directory (or a converter's input) is missing, damaged or inconsistent.
 
-    The message is `'{path}': {problem}. {fix}.`; `path`, `problem` and `fix` are kept as attributes.
+    The message is `'{path}': {problem}. {fix}.`; `path`, `problem` and `fix` are kept as attributes. One of the
+    package's errors (`modeling_pacs/errors.py` re-exports it, and the command lines report it as one line), it
+    derives from `ValueError` only: the remote code imports nothing of the package, `PacsError` included.
     """
 
     def __init__(self, path: str | os.PathLike, problem: str, fix: str = DIRECTORY_FIX):

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from transformers import CLIPConfig
 
+from ..errors import InputError
 from ..hub import save_remote_code_model
 from ..models.artifacts import check_pickle_checkpoint
 from ..models.configuration_pacs import PACSConfig
@@ -64,7 +65,7 @@ GEOMETRY_KEYS = (
 MAX_KEYS_SHOWN = 12
 
 
-class CheckpointError(ValueError):
+class CheckpointError(InputError):
     """The file is not a checkpoint the converter can read (not a plain weights file, or of the wrong layout)."""
 
 

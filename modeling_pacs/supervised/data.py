@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from ..data.sources import ImageReference, ParquetSource, is_bytes_type, resolve_references
 from ..data.validation import check_caption, check_images, check_not_empty
+from ..errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ NO_REFS_SENTINEL = "NO REFS!!!"
 FORMATS = (".csv", ".jsonl", ".parquet")
 
 
-class RowError(ValueError):
+class RowError(InputError):
     """A training or validation row is malformed; the message names the file, the row and the column."""
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from ..errors import InputError
 from ..extras import require
 from ..jobs import ShardedJob
 
@@ -201,7 +202,7 @@ def dataset_images(dataset, image_column: str, caption_column: str, split: str) 
 
     missing = [column for column in (image_column, caption_column) if column not in dataset.column_names]
     if missing:
-        raise SystemExit(
+        raise InputError(
             f"the dataset lacks column(s) {missing} (columns: {dataset.column_names}): set --image-column and "
             "--caption-column"
         )
@@ -216,7 +217,7 @@ def dataset_images(dataset, image_column: str, caption_column: str, split: str) 
     images: dict[Any, SourceImage] = {}
     for row, (path, bytes_stored, caption) in enumerate(zip(paths, in_memory, captions)):
         if not isinstance(caption, str):
-            raise SystemExit(f"row {row}: caption is {type(caption).__name__} ({caption!r}), expected a string")
+            raise InputError(f"row {row}: caption is {type(caption).__name__} ({caption!r}), expected a string")
         # Rows naming the same file share one BLIP caption; an image given as bytes is its own unit.
         key = ("path", path) if path and not bytes_stored else ("row", row)
         if key not in images:
@@ -303,7 +304,7 @@ class StableDiffusionGenerator:
             kwargs.update(safety_checker=None, requires_safety_checker=False)
         self.pipeline = diffusers.StableDiffusionPipeline.from_pretrained(settings.generator, **kwargs)
         if settings.safety_checker and self.pipeline.safety_checker is None:
-            raise SystemExit(
+            raise InputError(
                 f"{settings.generator} has no safety checker: the default keeps it on; pass --no-safety-checker to "
                 "generate without one (flags are then recorded as unchecked)"
             )

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from modeling_pacs.cli import main, score_main
+from modeling_pacs.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +149,7 @@ def test_models_that_only_truncate_refuse_the_chunk_mode_by_name():
         model = SimpleNamespace(config=SimpleNamespace(model_type=model_type))
         assert long_captions_options(model, "truncate") == {}
         with pytest.raises(
-            SystemExit,
+            InputError,
             match=f"--long-captions: long captions mode 'chunks' applies to the metrics pac_s_pp, pac_s, clip_s, not "
             f"to {name}, which only truncates",
         ):

@@ -599,7 +599,7 @@ def test_unsafe_and_unreadable_files_are_refused(pearl_run, tmp_path, capsys):
         arguments = ["--checkpoint", str(path), "--output", str(tmp_path / "out")]
         assert convert_cli.converter_main("convert-pearl")(arguments) == 2
         error = capsys.readouterr().err
-        assert error.startswith(f"error: '{path}': ")
+        assert error.startswith(f"pacs-pp convert-pearl: error: '{path}': ")
         assert any(words in error for words in ("Git LFS pointer", "truncated", "empty (0 bytes"))
         assert "Pass the .ckpt file that Pearl's Lightning trainer saved" in error and "Traceback" not in error
         assert len(error.strip().splitlines()) == 1

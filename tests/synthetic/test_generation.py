@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from modeling_pacs.errors import InputError
 from modeling_pacs.synthetic import GenerationSettings, StableDiffusionGenerator, generate_shard
 from modeling_pacs.synthetic.generation import SourceImage
 from modeling_pacs.testing.synthetic import make_tiny_blip, make_tiny_stable_diffusion
@@ -398,8 +399,8 @@ def test_a_datasets_source_groups_captions_by_image(tmp_path):
     assert sources[0].image == str(tmp_path / "a.png")
     assert isinstance(sources[1].image, ImageReference)
     assert resolve_references([sources[1].image]) == [{"bytes": png, "path": None}]
-    with pytest.raises(SystemExit, match=r"the dataset lacks column\(s\) \['caption'\] .*--caption-column"):
+    with pytest.raises(InputError, match=r"the dataset lacks column\(s\) \['caption'\] .*--caption-column"):
         dataset_images(dataset, "image", "caption", "train")
     bad = datasets.Dataset.from_dict({"image": ["a.png"], "caption": [3]})
-    with pytest.raises(SystemExit, match=r"row 0: caption is int \(3\), expected a string"):
+    with pytest.raises(InputError, match=r"row 0: caption is int \(3\), expected a string"):
         dataset_images(bad, "image", "caption", "train")
