@@ -15,7 +15,7 @@ setup(
     license="MIT",
     python_requires=">=3.10",
     packages=find_packages(include=["modeling_pacs", "modeling_pacs.*"]),
-    package_data={"modeling_pacs": ["assets/*", "metric_module/*"]},
+    package_data={"modeling_pacs": ["assets/*", "metric_module/*", "metric_module/script/*"]},
     include_package_data=True,
     # torch is constrained by `constraints.txt` in scripts/setup.sh (CPU build); GPU users keep the torch they have.
     install_requires=[

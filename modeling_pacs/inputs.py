@@ -1,6 +1,8 @@
-"""Forwarding module: `evaluate` modules registered with `pacs-pp register-metric` before the package layout changed
-import this path. New code imports `modeling_pacs.models.inputs`."""
+"""Removed path, kept only to explain itself: `evaluate` modules registered by an early pacs-pp (copies of the whole
+metric script) import it. Registrations now import the metric from `modeling_pacs.metric_module`."""
 
-from .models.inputs import check_captions, check_references, describe_image
-
-__all__ = ["check_captions", "check_references", "describe_image"]
+raise ImportError(
+    "modeling_pacs.inputs was removed (use modeling_pacs.models.inputs). An evaluate module importing it "
+    "was registered by an early pacs-pp: re-run `pacs-pp register-metric`",
+    name=__name__,
+)

@@ -1,6 +1,8 @@
-"""Forwarding module: `evaluate` modules registered with `pacs-pp register-metric` before the package layout changed
-import this path. New code imports `modeling_pacs.pacs.model_card`."""
+"""Removed path, kept only to explain itself: `evaluate` modules registered by an early pacs-pp (copies of the whole
+metric script) import it. Registrations now import the metric from `modeling_pacs.metric_module`."""
 
-from .pacs.model_card import CITATION
-
-__all__ = ["CITATION"]
+raise ImportError(
+    "modeling_pacs.model_card was removed (use modeling_pacs.pacs.model_card). An evaluate module importing it "
+    "was registered by an early pacs-pp: re-run `pacs-pp register-metric`",
+    name=__name__,
+)

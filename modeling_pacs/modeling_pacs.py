@@ -1,6 +1,8 @@
-"""Forwarding module: `evaluate` modules registered with `pacs-pp register-metric` before the package layout changed
-import this path. New code imports `modeling_pacs.PACSModel` (or `modeling_pacs.models.modeling_pacs`)."""
+"""Removed path, kept only to explain itself: `evaluate` modules registered by an early pacs-pp (copies of the whole
+metric script) import it. Registrations now import the metric from `modeling_pacs.metric_module`."""
 
-from .models.modeling_pacs import PACSModel
-
-__all__ = ["PACSModel"]
+raise ImportError(
+    "modeling_pacs.modeling_pacs was removed (use modeling_pacs.PACSModel). An evaluate module importing it "
+    "was registered by an early pacs-pp: re-run `pacs-pp register-metric`",
+    name=__name__,
+)

@@ -1,6 +1,8 @@
-"""Forwarding module: `evaluate` modules registered with `pacs-pp register-metric` before the package layout changed
-import this path. New code imports `modeling_pacs.metric_module.video`."""
+"""Removed path, kept only to explain itself: `evaluate` modules registered by an early pacs-pp (copies of the whole
+metric script) import it. Registrations now import the metric from `modeling_pacs.metric_module`."""
 
-from .metric_module.video import check_video_batch, compute_video_results
-
-__all__ = ["check_video_batch", "compute_video_results"]
+raise ImportError(
+    "modeling_pacs.video_metric was removed (use modeling_pacs.metric_module.video). An evaluate module importing it "
+    "was registered by an early pacs-pp: re-run `pacs-pp register-metric`",
+    name=__name__,
+)

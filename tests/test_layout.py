@@ -110,7 +110,7 @@ def test_the_remote_code_is_the_models_folder_and_imports_only_what_a_model_dire
                 roots = {alias.name.split(".")[0] for alias in node.names} if isinstance(node, ast.Import) else {
                     node.module.split(".")[0]}  # fmt: skip
                 assert roots <= REMOTE_CODE_ROOTS | OPTIONAL_REMOTE_CODE_ROOTS, f"{path.name}:{node.lineno}: {roots}"
-    # Classes that save_pretrained registers live in models/ only (the forwarding module of the old path aside).
+    # Classes that save_pretrained registers live in models/ only (the old path's module, which only raises, aside).
     outside = [path.relative_to(PACKAGE) for path in PACKAGE.rglob("*.py")
                if path.parent != PACKAGE / "models" and path.name.startswith(("configuration_", "modeling_"))
                and path != PACKAGE / "modeling_pacs.py"]  # fmt: skip

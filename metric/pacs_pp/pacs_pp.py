@@ -1,1 +1,1 @@
-../../modeling_pacs/metric_module/pacs_pp.py
+../../modeling_pacs/metric_module/script/pacs_pp.py

@@ -1,12 +1,26 @@
-"""PAC-S++ / PAC-S / CLIP-S (and their reference-based versions) as an `evaluate` metric.
+"""PAC-S++ / PAC-S / CLIP-S (and their reference-based versions) as an `evaluate` metric: the class `PACSPlusPlus`.
 
-A thin wrapper: models load through `modeling_pacs.loading.load_model` and every score comes from
-`PACSModel.score`. Images never pass through Arrow as pixels: paths are stored as strings, and in-memory images
-(PIL, arrays, bytes) stay in this process until `compute`, so nothing is re-encoded to PNG.
+`evaluate.load` reads the short script `script/pacs_pp.py` (what `metric/pacs_pp/` links to and what
+`pacs-pp register-metric` writes into evaluate's cache), which imports this class from `modeling_pacs.metric_module`.
+
+The class fills in evaluate's template: `_info` declares the rows evaluate stores, `_download_and_prepare` loads the
+model (`modeling_pacs.loading.load_model`) and `_compute` scores the gathered rows with `PACSModel.score` (or
+`score_videos`). evaluate keeps the rows (its Arrow writer, cache file and lock) and runs every computation; this
+class writes none of evaluate's fields.
+
+`add_batch`, `add` and `compute` are redefined because this metric takes other arguments than evaluate's versions
+can: those take exactly the declared columns, all of them on every call, so they have no optional `references=`,
+no `videos=` in place of `images=` and no `image=` in `add` (evaluate raises a `TypeError` or "inputs are missing").
+Each checks its arguments, turns them into rows of `ROW_FEATURES` and calls evaluate's method; `compute` also
+applies the failure policy below.
+
+Images never pass through Arrow as pixels: paths are stored as strings, and in-memory images (PIL, arrays, bytes)
+stay in this process until `compute`, so nothing is re-encoded to PNG (see `IN_MEMORY_PREFIX`).
 
 State after a failure (docs/concepts/recovery.md): a failed `add_batch` stores nothing and keeps the rows of earlier
 calls; a failed `compute` drops every pending row (those of earlier `add_batch` calls too), as a successful one
-consumes them, and its message says how many were dropped; the next computation starts empty.
+consumes them, and its message says how many were dropped; the next computation starts empty. Rows are dropped
+by evaluate's own `compute`, which also deletes its cache file and releases its lock (see `compute`).
 """
 
 import contextlib
@@ -18,18 +32,19 @@ import numpy as np
 import PIL.Image
 import torch
 
-from modeling_pacs.loading import load_model, long_captions_keyword
-from modeling_pacs.metric_module.video import check_video_batch, compute_video_results
-from modeling_pacs.models.inputs import (
+from ..loading import load_model, long_captions_keyword, score_options
+from ..models.inputs import (
     check_captions,
     check_long_captions,
     check_references,
     describe_image,
     image_source,
 )
-from modeling_pacs.models.modeling_pacs import PACSModel
-from modeling_pacs.pacs.model_card import CITATION
-from modeling_pacs.registry import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
+from ..models.modeling_pacs import PACSModel
+from ..pacs.model_card import CITATION
+from ..registry import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
+from ..results import result_columns
+from .video import check_video_batch, compute_video_results
 
 _CITATION = (
     CITATION
@@ -80,7 +95,21 @@ Examples:
 
 # Short config names (`variants.SHORT_NAMES`) pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
 REFERENCE_PREFIX = "ref"
-# Placeholder written to the Arrow column for an image that stays in this process (see `_store_images`).
+# The rows evaluate stores: whatever form a batch comes in, `add_batch` writes it as these columns of strings.
+# `images` holds a path (an image file, or a video file or frame folder), or an `IN_MEMORY_PREFIX` placeholder;
+# `references` is an empty list for a prediction without references. One schema suffices: evaluate picks among
+# several only by the types of the same columns, and every accepted form is a string here.
+ROW_FEATURES = datasets.Features(
+    {
+        "predictions": datasets.Value("string"),
+        "images": datasets.Value("string"),
+        "references": datasets.Sequence(datasets.Value("string")),
+    }
+)
+# In-memory images (and videos) never enter Arrow, where they would be re-encoded (PIL -> PNG) and decoded again.
+# Their row stores the placeholder "<pacs-pp in-memory image PROCESS:ROW>" instead, ROW being the row's index among
+# the pending rows of the process that added it; the object itself stays in that process, in `in_memory_images`
+# (a dict ROW -> object), until the computation ends. `_compute` swaps the placeholders back for the objects.
 IN_MEMORY_PREFIX = "<pacs-pp in-memory image "
 IN_MEMORY_TYPES = (PIL.Image.Image, np.ndarray, torch.Tensor, bytes, bytearray, memoryview, dict)
 
@@ -101,6 +130,13 @@ def parse_config_name(config_name: str) -> tuple[str | None, bool]:
     if name not in PRETRAINED_MODELS:
         raise ValueError(f"unknown config_name {config_name!r}: use one of {config_names()}")
     return name, requires_references
+
+
+class _FailedComputation:
+    """What `_compute` returns instead of raising, so that evaluate finishes its computation (see `compute`)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -139,24 +175,21 @@ class PACSPlusPlus(evaluate.Metric):
         self.progress = progress
         self.long_captions = check_long_captions(long_captions)
         self.engine = model if isinstance(model, PACSModel) else None
-        self.in_memory_images = []
+        # The pending computation's in-process state (evaluate holds its rows): in-memory images by row, the kind
+        # of media ("images" or "videos"), and whether `_compute` is only consuming rows (`_drop_pending_rows`).
+        self.in_memory_images = {}
         self.input_kind = None
+        self._dropping = False
         super().__init__(config_name=config_name, **kwargs)
 
+    # ---------------------------------------------------------------------------------------- evaluate's template
     def _info(self) -> evaluate.MetricInfo:
         return evaluate.MetricInfo(
             module_type="metric",
             description=_DESCRIPTION,
             citation=_CITATION,
             inputs_description=_KWARGS_DESCRIPTION,
-            # Images are declared as strings: paths are stored as is and never re-encoded as PNG.
-            features=datasets.Features(
-                {
-                    "predictions": datasets.Value("string"),
-                    "images": datasets.Value("string"),
-                    "references": datasets.Sequence(datasets.Value("string")),
-                }
-            ),
+            features=ROW_FEATURES.copy(),
             homepage="https://github.com/aimagelab/pacscore",
             codebase_urls=["https://github.com/aimagelab/pacscore"],
             reference_urls=["https://arxiv.org/abs/2303.12112"],
@@ -164,6 +197,15 @@ class PACSPlusPlus(evaluate.Metric):
 
     def _download_and_prepare(self, dl_manager):
         self.load_engine()
+
+    def _compute(self, predictions, images, references, **options):
+        """Score the gathered rows. A failure is returned rather than raised: see `compute`."""
+        if self._dropping:
+            return None
+        try:
+            return self._score(predictions, self._restore_images(images), references, options)
+        except Exception as error:
+            return _FailedComputation(error)
 
     def load_engine(self) -> PACSModel:
         """Load the scoring model once (at `evaluate.load`), checking it against the config's variant."""
@@ -179,9 +221,12 @@ class PACSPlusPlus(evaluate.Metric):
             )
         return self.engine
 
-    # -------------------------------------------------------------------------------------- gathering inputs
+    # ------------------------------------------------------------------------ this metric's arguments -> rows
     def add_batch(self, *, predictions=None, images=None, references=None, videos=None, **kwargs):
-        """Validate a batch (clear messages naming the item) and store it; images stay paths or in memory."""
+        """Check a batch (clear messages naming the item) and store it as rows; images stay paths or in memory.
+
+        A batch that fails a check stores nothing and leaves the rows of earlier calls as they were.
+        """
         if kwargs:
             raise ValueError(f"unexpected inputs {sorted(kwargs)}: pass predictions=, images= and references=")
         images, input_kind = check_video_batch(images, videos, self.input_kind, len(self))
@@ -199,10 +244,10 @@ class PACSPlusPlus(evaluate.Metric):
             references = [[] for _ in predictions]
         else:
             references = check_references(references, len(predictions))
-        stored, in_memory = self._store_images(images, start, input_kind)
+        stored, in_memory = self._image_column(images, start, input_kind)
         super().add_batch(predictions=predictions, images=stored, references=references)
         # only a batch that was stored changes the state: a failed one leaves the earlier rows as they were
-        self.in_memory_images.extend(in_memory)
+        self.in_memory_images.update(in_memory)
         self.input_kind = input_kind
 
     def add(self, *, prediction=None, image=None, reference=None, **kwargs):
@@ -220,15 +265,23 @@ class PACSPlusPlus(evaluate.Metric):
         Success or failure, the pending rows are consumed: a failed computation drops them (its message says how many
         came from earlier `add_batch` calls), so the next one scores only what is added after it.
         """
+        # evaluate deletes its cache file and releases its lock only when `_compute` returns: one that raised would
+        # leave both behind (the next computation would wait `timeout` seconds for the lock, then write a second
+        # file). So `_compute` returns its failure, raised here once evaluate has finished; and a batch refused
+        # here drops the earlier rows through evaluate's `compute` too (`_drop_pending_rows`).
         pending = len(self)
         try:
             if predictions is not None or images is not None or references is not None or videos is not None:
                 self.add_batch(predictions=predictions, images=images, references=references, videos=videos)
-            elif self.writer is None:
+            elif not pending:
                 raise ValueError("nothing to score: pass predictions= and images= to compute, or call add_batch first")
-            return super().compute(**kwargs)
+            results = super().compute(**kwargs)
+            if isinstance(results, _FailedComputation):
+                raise results.error
+            return results
         except Exception as error:
-            self.drop_pending_rows()
+            if len(self):
+                self._drop_pending_rows()
             if not pending:
                 raise
             note = (
@@ -241,47 +294,38 @@ class PACSPlusPlus(evaluate.Metric):
                 raise error from None
             raise annotated.with_traceback(error.__traceback__) from None
         finally:
-            self.in_memory_images = []
+            self.in_memory_images = {}
             self.input_kind = None
 
-    def drop_pending_rows(self):
-        """Forget every row added since the last computation, with `evaluate`'s cache file and its lock."""
-        if self.writer is not None:
-            with contextlib.suppress(Exception):  # a writer broken by the failure is being thrown away anyway
-                self.writer.finalize()
-        self.writer = self.data = self.buf_writer = None
-        locks = [self.filelock] if self.filelock is not None else []
-        locks += getattr(self, "filelocks", None) or []
-        paths = [self.cache_file_name] if self.cache_file_name else []
-        paths += getattr(self, "file_paths", None) or []
-        for lock in locks:
-            lock.release()
-        if self.process_id == 0:  # as evaluate itself does: process 0 removes the computation's cache files
-            for path in paths:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
-        self.cache_file_name = self.filelock = self.selected_feature_format = None
-        self.filelocks = self.file_paths = None
+    def _drop_pending_rows(self):
+        """Consume the pending rows with evaluate's own `compute` (its writer, cache file and lock end as after any
+        computation), scoring nothing."""
+        self._dropping = True
+        try:
+            with contextlib.suppress(Exception):  # the failure being reported matters more than this one
+                super().compute()
+        finally:
+            self._dropping = False
 
-    def _store_images(self, images: list, start: int, input_kind: str) -> tuple[list[str], list]:
-        """Paths become strings for the Arrow column; other images stay here (returned second: `add_batch` keeps them
-        once the batch is stored) and a placeholder goes to Arrow."""
-        stored, in_memory = [], []
+    def _image_column(self, images: list, start: int, input_kind: str) -> tuple[list[str], dict]:
+        """The `images` column of rows `start`, `start + 1`, ...: paths as strings, placeholders for the other images,
+        which are returned second (row -> object; `add_batch` keeps them once the batch is stored)."""
+        stored, in_memory = [], {}
         for offset, image in enumerate(images):
-            index = start + offset
-            if isinstance(image, dict) and self.input_kind != "videos":
-                image = image_source(image, f"image {index}")  # its bytes or its path; refused without either
+            row = start + offset
+            if isinstance(image, dict) and input_kind != "videos":
+                image = image_source(image, f"image {row}")  # its bytes or its path; refused without either
             if isinstance(image, (str, os.PathLike)):
                 path = os.fspath(image)
                 if not os.path.isfile(path) and not (input_kind == "videos" and os.path.isdir(path)):
-                    raise FileNotFoundError(f"image {index} ('{path}') does not exist or is not a file")
+                    raise FileNotFoundError(f"image {row} ('{path}') does not exist or is not a file")
                 stored.append(path)
             elif isinstance(image, IN_MEMORY_TYPES) or input_kind == "videos":
-                stored.append(f"{IN_MEMORY_PREFIX}{self.process_id}:{len(self.in_memory_images) + len(in_memory)}>")
-                in_memory.append(image)
+                stored.append(f"{IN_MEMORY_PREFIX}{self.process_id}:{row}>")
+                in_memory[row] = image
             else:
                 raise TypeError(
-                    f"image {index} is {describe_image(image)}: pass a path, a PIL image, a numpy array or bytes"
+                    f"image {row} is {describe_image(image)}: pass a path, a PIL image, a numpy array or bytes"
                 )
         return stored, in_memory
 
@@ -291,17 +335,17 @@ class PACSPlusPlus(evaluate.Metric):
             if not image.startswith(IN_MEMORY_PREFIX):
                 images.append(image)
                 continue
-            process_id, position = image[len(IN_MEMORY_PREFIX) : -1].split(":")
+            process_id, row = image[len(IN_MEMORY_PREFIX) : -1].split(":")
             if int(process_id) != self.process_id:
                 raise ValueError(
                     f"image {index} is an in-memory image added by process {process_id}: with num_process > 1, "
                     "pass images as file paths so that process 0 can read them"
                 )
-            images.append(self.in_memory_images[int(position)])
+            images.append(self.in_memory_images[int(row)])
         return images
 
     # -------------------------------------------------------------------------------------------- scoring
-    def _compute(self, predictions, images, references, **options):
+    def _score(self, predictions, images, references, options) -> dict:
         with_references = [index for index, item_references in enumerate(references) if item_references]
         if self.requires_references and len(with_references) < len(predictions):
             missing = next(index for index, item in enumerate(references) if not item)
@@ -321,7 +365,7 @@ class PACSPlusPlus(evaluate.Metric):
             return compute_video_results(
                 self.load_engine(),
                 predictions,
-                self._restore_images(images),
+                images,
                 references,
                 bool(with_references),
                 options,
@@ -329,29 +373,39 @@ class PACSPlusPlus(evaluate.Metric):
             )
         if options:
             raise ValueError(f"unexpected options {sorted(options)}: num_frames= and idf= apply to videos= only")
-        output = self.load_engine().score(
-            self._restore_images(images),
+        engine = self.load_engine()
+        output = engine.score(
+            images,
             predictions,
             references=references if with_references else None,
-            image_batch_size=self.image_batch_size,
-            text_batch_size=self.text_batch_size,
-            progress=self.progress,
-            **self.long_captions_options(),
+            **score_options(
+                engine,
+                self.long_captions,
+                image_batch_size=self.image_batch_size,
+                text_batch_size=self.text_batch_size,
+                progress=self.progress,
+            ),
         )
-        free_name, ref_name = self.engine.config.score_names
-        results = {"metric": free_name, "score": output.mean_score, "scores": output.scores.tolist()}
-        if getattr(output, "ref_scores", None) is not None:  # Polos returns one (reference-based) score
-            results.update(ref_metric=ref_name, ref_score=output.mean_ref_score, ref_scores=output.ref_scores.tolist())
-        return {**results, **truncation_results(output)}
+        return _results_from_output(engine, output)
 
     def long_captions_options(self) -> dict:
         """The `long_captions` keyword for the engine: PAC-S-family models read it; others only truncate."""
         return long_captions_keyword(self.engine, self.long_captions)
 
 
-def truncation_results(output) -> dict:
-    """`truncated_tokens` per prediction and `num_truncated`, where the engine reports them."""
-    truncated = getattr(output, "truncated_tokens", None)
-    if truncated is None:
-        return {}
-    return {"truncated_tokens": truncated.tolist(), "num_truncated": int((truncated > 0).sum())}
+def _results_from_output(model, output) -> dict:
+    """The results of an image computation, from the columns its spec declares (`results.result_columns`): per score
+    key `K`, its name (`metric` / `ref_metric`), corpus score (`score` / `ref_score`) and per-item list (`scores` /
+    `ref_scores`); per count, the list and how many items are non-zero (`truncated_tokens`, `num_truncated`)."""
+    results = {}
+    for column in result_columns(model, output):
+        if column.is_score:
+            prefix = "" if column.key == "score" else column.key.removesuffix("score")
+            results.update({f"{prefix}metric": column.label, column.key: column.mean, f"{column.key}s": column.values})
+        else:
+            results[column.key] = column.values
+            results[f"num_{column.key.removesuffix('_tokens')}"] = sum(value > 0 for value in column.values)
+    return results
+
+
+__all__ = ["PACSPlusPlus", "ROW_FEATURES", "config_names", "parse_config_name"]

@@ -5,6 +5,12 @@ when neither exists (or the Hub is unreachable or `HF_EVALUATE_OFFLINE=1`) it fa
 under `$HF_MODULES_CACHE/evaluate_modules/metrics/evaluate-metric--pacs_pp/<hash>/pacs_pp.py`. Registering writes
 that copy, and the one for the Hub name `pacs-pp/pacs_pp`, from the package's own files (so a wheel install needs
 no repository checkout).
+
+The copy is the package's short script `metric_module/script/pacs_pp.py`: it imports `PACSPlusPlus` from
+`modeling_pacs.metric_module` and calls `check_registration` with its `REGISTRATION_FORMAT`, so a registration
+follows upgrades of the package; only a change of that format asks for registering again. A copy the package cannot
+serve (registered by another version) fails to load with an `ImportError` that says to re-run
+`pacs-pp register-metric`.
 """
 
 import os
@@ -12,17 +18,31 @@ from importlib import resources
 from pathlib import Path
 
 METRIC_MODULE_NAME = "pacs_pp"
+# The format of the registered script (`pacs_pp.py`, which holds the same number): raise both when the script changes
+# what it imports or expects, so that registrations written before fail with the advice to register again.
+REGISTRATION_FORMAT = 1
+STALE_REGISTRATION_ADVICE = "re-run `pacs-pp register-metric` with the pacs-pp of this environment"
 # The names evaluate resolves from its cache: the bare name, and the community module once published on the Hub.
 CACHED_MODULE_NAMES = (f"evaluate-metric/{METRIC_MODULE_NAME}", f"pacs-pp/{METRIC_MODULE_NAME}")
 
 
+def check_registration(registration_format: int, script: str) -> None:
+    """Refuse a registered script of another format (called by the script itself, `pacs_pp.py`, when it loads)."""
+    if registration_format != REGISTRATION_FORMAT:
+        raise ImportError(
+            f"the evaluate module {script} was registered by another pacs-pp version (registration format "
+            f"{registration_format}; this pacs-pp reads format {REGISTRATION_FORMAT}): {STALE_REGISTRATION_ADVICE}"
+        )
+
+
 def metric_script_path() -> Path:
-    """The metric script inside the installed package (`modeling_pacs/metric_module/pacs_pp.py`)."""
-    return Path(str(resources.files("modeling_pacs") / "metric_module" / f"{METRIC_MODULE_NAME}.py"))
+    """The metric script inside the installed package (`modeling_pacs/metric_module/script/pacs_pp.py`)."""
+    return Path(str(resources.files("modeling_pacs") / "metric_module" / "script" / f"{METRIC_MODULE_NAME}.py"))
 
 
 def register_metric(modules_cache: str | os.PathLike | None = None) -> list[Path]:
-    """Copy the metric script into evaluate's module cache so `evaluate.load("pacs_pp")` works from any folder.
+    """Copy the metric script (a short module importing the installed package's metric) into evaluate's module cache
+    so that `evaluate.load("pacs_pp")` works from any folder.
 
     Args:
         modules_cache: evaluate's modules cache (default: `$HF_MODULES_CACHE`, i.e. `$HF_HOME/modules`). Use the
@@ -62,4 +82,11 @@ def register_metric(modules_cache: str | os.PathLike | None = None) -> list[Path
     return registered
 
 
-__all__ = ["CACHED_MODULE_NAMES", "metric_script_path", "register_metric"]
+__all__ = [
+    "CACHED_MODULE_NAMES",
+    "REGISTRATION_FORMAT",
+    "STALE_REGISTRATION_ADVICE",
+    "check_registration",
+    "metric_script_path",
+    "register_metric",
+]

@@ -1,6 +1,8 @@
 """The `evaluate` module (metric/pacs_pp): loads by path and, once registered, by bare name offline; its scores are
 the core engine's, bit for bit; bad inputs reach the user as clear messages."""
 
+import ast
+import importlib
 import json
 import os
 import re
@@ -17,7 +19,7 @@ import torch
 import modeling_pacs
 from modeling_pacs.cli import main
 from modeling_pacs.loading import load_model
-from modeling_pacs.metric_module.registration import metric_script_path
+from modeling_pacs.metric_module.registration import REGISTRATION_FORMAT, metric_script_path, register_metric
 from modeling_pacs.models.inputs import ImageInputError
 from modeling_pacs.testing.pacs import make_tiny_model
 from tests.fixtures.helpers import assert_scores_close
@@ -194,20 +196,27 @@ def test_bad_inputs_give_clear_messages(metric, image_paths, tmp_path):
     assert len(metric.compute(predictions=CAPTIONS[:1], images=image_paths[:1])["scores"]) == 1
 
 
+def registered_environment(tmp_path) -> dict:
+    """The environment of a process that loads the module by name from the cache `register-metric` wrote into."""
+    return {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_MODULES_CACHE": str(tmp_path / "hf_home" / "modules"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_EVALUATE_OFFLINE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+
+
 def test_registered_module_loads_by_bare_name_offline_from_any_folder(
     tiny_model_dir, image_paths, engine, tmp_path, capsys
 ):
     modules_cache = tmp_path / "hf_home" / "modules"
     main(["register-metric", "--modules-cache", str(modules_cache)])
-    assert "evaluate-metric--pacs_pp" in capsys.readouterr().out
-    environment = {
-        **os.environ,
-        "HF_HOME": str(tmp_path / "hf_home"),
-        "HF_MODULES_CACHE": str(modules_cache),
-        "HF_HUB_OFFLINE": "1",
-        "HF_EVALUATE_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
+    registered = [Path(line.removeprefix("registered ")) for line in capsys.readouterr().out.splitlines()[:2]]
+    assert [path.parent.parent.name for path in registered] == ["evaluate-metric--pacs_pp", "pacs-pp--pacs_pp"]
+    # What is registered is the package's short script, which imports the metric from the installed package.
+    assert all(path.read_text() == metric_script_path().read_text() for path in registered)
     outside = tmp_path / "somewhere_else"
     outside.mkdir()
     program = f"""
@@ -215,15 +224,20 @@ import json, evaluate
 pacs = evaluate.load("pacs_pp", model={tiny_model_dir!r})
 published_name = evaluate.load("pacs-pp/pacs_pp", config_name="refpac_s_pp", model={tiny_model_dir!r})
 results = pacs.compute(predictions={CAPTIONS!r}, images={image_paths!r}, references={REFERENCES!r})
-print(json.dumps({{"file": __import__("inspect").getfile(type(pacs)), "results": results,
+print(json.dumps({{"class": f"{{type(pacs).__module__}}.{{type(pacs).__name__}}", "results": results,
                   "published": type(published_name).__name__}}))
 """
     completed = subprocess.run(
-        [sys.executable, "-c", program], cwd=outside, env=environment, capture_output=True, text=True
+        [sys.executable, "-c", program],
+        cwd=outside,
+        env=registered_environment(tmp_path),
+        capture_output=True,
+        text=True,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
+    assert f"Using the latest cached version of the module from {registered[0].parent}" in completed.stderr
     answer = json.loads(completed.stdout.strip().splitlines()[-1])
-    assert answer["file"].startswith(str(modules_cache / "evaluate_modules" / "metrics"))
+    assert answer["class"] == "modeling_pacs.metric_module.pacs_pp.PACSPlusPlus"
     assert answer["published"] == "PACSPlusPlus"
     expected = engine.score(image_paths, CAPTIONS, references=REFERENCES)
     assert_scores_close(answer["results"]["scores"], expected.scores.tolist())
@@ -234,8 +248,65 @@ def test_metric_script_ships_inside_the_package():
     # The package holds the real file (so wheels carry it); the repository's metric folder links to it.
     packaged = metric_script_path()
     assert packaged.is_file() and not packaged.is_symlink()
-    assert packaged.parent.parent == Path(modeling_pacs.__file__).parent
+    assert packaged.parent.parent.parent == Path(modeling_pacs.__file__).parent
     assert (REPO_ROOT / "metric" / "pacs_pp" / "pacs_pp.py").resolve() == packaged.resolve()
+    # It imports one stable public path of the package, and holds the registration format the package reads.
+    imports = [
+        node for node in ast.walk(ast.parse(packaged.read_text())) if isinstance(node, ast.ImportFrom | ast.Import)
+    ]
+    assert [(node.module, [alias.name for alias in node.names]) for node in imports] == [
+        ("modeling_pacs.metric_module", ["PACSPlusPlus", "check_registration"])
+    ]
+    assert f"\nREGISTRATION_FORMAT = {REGISTRATION_FORMAT}\n" in packaged.read_text()
+
+
+STALE_ADVICE = re.escape("re-run `pacs-pp register-metric`")
+# How a registered script can be stale: written for another registration format, or importing what is gone.
+STALE_SCRIPTS = {
+    "another registration format": (f"REGISTRATION_FORMAT = {REGISTRATION_FORMAT}", "REGISTRATION_FORMAT = 0"),
+    "an import that is gone": ("import PACSPlusPlus, check_registration", "import PACSPlusPlusV0, check_registration"),
+}
+
+
+@pytest.mark.parametrize("stale", STALE_SCRIPTS)
+def test_a_stale_registration_says_to_register_again(tmp_path, stale):
+    old, new = STALE_SCRIPTS[stale]
+    folder = tmp_path / "pacs_pp"
+    folder.mkdir()
+    (folder / "pacs_pp.py").write_text(metric_script_path().read_text().replace(old, new))
+    assert (folder / "pacs_pp.py").read_text() != metric_script_path().read_text()
+    with pytest.raises(ImportError, match=STALE_ADVICE):
+        evaluate.load(str(folder), model="tiny", cache_dir=str(tmp_path / "evaluate"))
+
+
+def test_a_stale_registration_in_the_cache_says_to_register_again_when_loaded_by_name(tmp_path):
+    modules_cache = tmp_path / "hf_home" / "modules"
+    for path in register_metric(modules_cache):  # as an earlier version of the script would have been registered
+        path.write_text(path.read_text().replace(*STALE_SCRIPTS["another registration format"]))
+    completed = subprocess.run(
+        [sys.executable, "-c", "import evaluate; evaluate.load('pacs_pp', model='tiny')"],
+        cwd=tmp_path,
+        env=registered_environment(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode != 0
+    message = (
+        r"ImportError: the evaluate module .*pacs_pp\.py was registered by another pacs-pp version "
+        rf"\(registration format 0; this pacs-pp reads format {REGISTRATION_FORMAT}\): {STALE_ADVICE}"
+    )
+    assert re.search(message, completed.stderr), completed.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "removed",
+    ["modeling_pacs.inputs", "modeling_pacs.model_card", "modeling_pacs.modeling_pacs", "modeling_pacs.video_metric"],
+)
+def test_the_paths_early_registrations_import_say_to_register_again(removed):
+    # Registrations by an early pacs-pp copied the whole script, which imported these paths (before the package's
+    # layout change); tests/models/test_directory_compatibility.py loads such a copy.
+    with pytest.raises(ImportError, match=STALE_ADVICE):
+        importlib.import_module(removed)
 
 
 # ------------------------------------------------------------------------------------ state after a failure
@@ -315,10 +386,13 @@ def test_a_failed_compute_drops_the_pending_rows_and_the_next_compute_is_a_fresh
         metric.compute(**arguments(image_paths, tmp_path))
     assert re.search(message, str(raised.value)), str(raised.value)
     assert bool(re.search(dropped, str(raised.value))) == bool(num_pending), str(raised.value)
-    assert len(metric) == 0 and metric.in_memory_images == [] and metric.input_kind is None
+    assert len(metric) == 0 and metric.in_memory_images == {} and metric.input_kind is None
     assert arrow_files(metric) == []  # evaluate's cache file of the dropped rows is gone too
     for kind, arguments in (("free", {}), ("with references", {"references": REFERENCES[3:]})):
-        results = metric.compute(predictions=CAPTIONS[3:], images=image_paths[3:], **arguments)
+        metric.add_batch(predictions=CAPTIONS[3:], images=image_paths[3:], **arguments)
+        # evaluate released its lock too: the rows go to its usual cache file, not to a new one beside a locked one
+        assert [Path(path).name for path in arrow_files(metric)] == ["default_experiment-1-0.arrow"]
+        results = metric.compute()
         assert sorted(results) == sorted(fresh_results[kind])
         assert_scores_close(results["scores"], fresh_results[kind]["scores"])
         if "ref_scores" in results:
@@ -344,7 +418,7 @@ def test_a_failed_add_batch_stores_nothing_and_keeps_the_earlier_rows(metric, im
     with pytest.raises((ValueError, TypeError, OSError)) as raised:
         metric.add_batch(**bad)
     assert "dropped" not in str(raised.value)
-    assert len(metric) == 1 and len(metric.in_memory_images) == 1 and metric.input_kind == "images"
+    assert len(metric) == 1 and list(metric.in_memory_images) == [0] and metric.input_kind == "images"
     metric.add_batch(predictions=CAPTIONS[1:3], images=image_paths[1:3], references=REFERENCES[1:3])
     results = metric.compute()
     assert_scores_close(results["scores"], expected["scores"])

@@ -6,7 +6,8 @@
   Rebuilding them now must give the same weights and configs (the remote-code files may be renamed).
 - `pre_layout_artifacts.tar.gz`: a tiny SigLIP PAC-S++ directory as that code saved it (its own remote code
   inside), and that version's `evaluate` module (what `pacs-pp register-metric` had copied into evaluate's cache);
-  `expected_scores.json`: the scores the directory gave. Both must still load and score the same.
+  `expected_scores.json`: the scores the directory gave. The directory must still load and score the same; the
+  `evaluate` module must fail to load with the advice to re-run `pacs-pp register-metric`.
 """
 
 import hashlib
@@ -121,13 +122,10 @@ def test_a_directory_saved_before_scores_the_same_through_its_own_remote_code(ar
     assert_scores_close(loaded["ref_scores"], EXPECTED["ref_scores"])
 
 
-def test_a_metric_module_registered_before_still_runs(artifacts, tmp_path):
-    """`pacs-pp register-metric` copied the metric script into evaluate's cache; such a copy imports the package's
-    module paths of its time, which must keep working."""
-    metric = evaluate.load(
-        str(artifacts["metric"] / "pacs_pp.py"), model=str(artifacts["directory"]), cache_dir=str(tmp_path)
-    )
-    result = metric.compute(
-        predictions=EXPECTED["captions"], images=artifacts["images"], references=EXPECTED["references"]
-    )
-    assert_scores_close(result["scores"], EXPECTED["scores"])
+def test_a_metric_module_registered_before_says_to_register_again(artifacts, tmp_path):
+    """`pacs-pp register-metric` used to copy the whole metric script into evaluate's cache; that copy imports module
+    paths of its time that are gone, and loading it must say what to do rather than fail on a missing module."""
+    with pytest.raises(ImportError, match=r"modeling_pacs\.inputs was removed .* re-run `pacs-pp register-metric`"):
+        evaluate.load(
+            str(artifacts["metric"] / "pacs_pp.py"), model=str(artifacts["directory"]), cache_dir=str(tmp_path)
+        )
