@@ -1,37 +1,81 @@
 """pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics (and Polos, Pearl) on transformers + PEFT.
 
-The public API and the Auto registration of every model of the package, in one place. The models themselves are the
-remote code of `models/`; `registry.METRICS` holds one `MetricSpec` per metric (its classes, loader, converters,
-releases, capabilities and output fields); `loading.load_model` loads any model metric by alias, Hub id or directory;
-the folders beside (`pacs/`, `polos/`, `pearl/`, `captioning/`, `evaluation/`, `cli/`, ...) are the application, one
-job each (see the README's Layout section).
+The public API, imported lazily: `import modeling_pacs` is light, and reading a model's name (or calling
+`load_model`) registers every model of the package with the Auto classes (`auto_classes.py`). The models themselves
+are the remote code of `models/`; `registry.METRICS` holds one `MetricSpec` per metric (its classes, loader,
+converters, releases, capabilities and output fields); `loading.load_model` loads any model metric by alias, Hub id
+or directory; the folders beside (`pacs/`, `polos/`, `pearl/`, `captioning/`, `evaluation/`, `cli/`, ...) are the
+application, one job each (see the README's Layout section).
 """
 
-from transformers import AutoConfig, AutoModel
+import importlib
+from typing import TYPE_CHECKING
 
-from .errors import InputError, JobStateError, MissingExtraError, PacsError
-from .metric_spec import MetricSpec, OutputField, ScoringModel, resolve
-from .models.artifacts import CorruptArtifactError
-from .models.configuration_captioner import PACSCaptionerConfig
-from .models.configuration_pacs import PACSConfig
-from .models.configuration_pearl import PearlConfig
-from .models.configuration_polos import PolosConfig
-from .models.modeling_captioner import PACSCaptionerForConditionalGeneration
-from .models.modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
-from .models.modeling_pearl import PearlModel, PearlOutput
-from .models.modeling_polos import PolosModel, PolosScoreOutput
-from .models.video_scoring import PACSVideoScoreOutput
-from .registry import METRICS, MODEL_METRICS
-from .results import ResultColumn, result_columns
+# Public name -> the module that defines it. Imported on first use (PEP 562), so that `import modeling_pacs` and every
+# command's `--help` stay fast: torch, transformers and the models load only when a name that needs them is read.
+_PUBLIC_NAMES = {
+    "InputError": ".errors",
+    "JobStateError": ".errors",
+    "MissingExtraError": ".errors",
+    "PacsError": ".errors",
+    "MetricSpec": ".metric_spec",
+    "OutputField": ".metric_spec",
+    "ScoringModel": ".metric_spec",
+    "CorruptArtifactError": ".models.artifacts",
+    "PACSCaptionerConfig": ".models.configuration_captioner",
+    "PACSConfig": ".models.configuration_pacs",
+    "PearlConfig": ".models.configuration_pearl",
+    "PolosConfig": ".models.configuration_polos",
+    "PACSCaptionerForConditionalGeneration": ".models.modeling_captioner",
+    "PACSModel": ".models.modeling_pacs",
+    "PACSScoreOutput": ".models.modeling_pacs",
+    "PACSTextFeatures": ".models.modeling_pacs",
+    "PearlModel": ".models.modeling_pearl",
+    "PearlOutput": ".models.modeling_pearl",
+    "PolosModel": ".models.modeling_polos",
+    "PolosScoreOutput": ".models.modeling_polos",
+    "PACSVideoScoreOutput": ".models.video_scoring",
+    "METRICS": ".registry",
+    "ResultColumn": ".results",
+    "result_columns": ".results",
+}
+# Names whose modules need transformers: reading one registers the package's models with the Auto classes, so that
+# `AutoModel.from_pretrained(directory)` works without trust_remote_code (`auto_classes.py`).
+_LIGHT_MODULES = (".errors", ".metric_spec", ".models.artifacts", ".registry", ".results")
 
-# Without trust_remote_code, an installed `pacs-pp` still lets the Auto classes load our directories: every model
-# metric of the registry, and the captioner.
-for _spec in MODEL_METRICS.values():
-    _config_class = resolve(_spec.config_class)
-    AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
-    AutoModel.register(_config_class, resolve(_spec.model_class), exist_ok=True)
-AutoConfig.register(PACSCaptionerConfig.model_type, PACSCaptionerConfig, exist_ok=True)
-AutoModel.register(PACSCaptionerConfig, PACSCaptionerForConditionalGeneration, exist_ok=True)
+
+def __getattr__(name: str):
+    module_name = _PUBLIC_NAMES.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if module_name not in _LIGHT_MODULES:
+        from .auto_classes import register_auto_classes
+
+        register_auto_classes()
+    value = getattr(importlib.import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC_NAMES])
+
+
+if TYPE_CHECKING:
+    from .errors import InputError, JobStateError, MissingExtraError, PacsError
+    from .metric_spec import MetricSpec, OutputField, ScoringModel
+    from .models.artifacts import CorruptArtifactError
+    from .models.configuration_captioner import PACSCaptionerConfig
+    from .models.configuration_pacs import PACSConfig
+    from .models.configuration_pearl import PearlConfig
+    from .models.configuration_polos import PolosConfig
+    from .models.modeling_captioner import PACSCaptionerForConditionalGeneration
+    from .models.modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
+    from .models.modeling_pearl import PearlModel, PearlOutput
+    from .models.modeling_polos import PolosModel, PolosScoreOutput
+    from .models.video_scoring import PACSVideoScoreOutput
+    from .registry import METRICS
+    from .results import ResultColumn, result_columns
 
 __version__ = "0.1.0"
 __all__ = [

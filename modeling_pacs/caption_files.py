@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from .models.inputs import is_url
+from .models.media import is_url
 from .output_paths import strict_json
 
 

@@ -9,6 +9,7 @@ interpreter: exit statuses belong to the command lines.
 | `InputError` (a `ValueError`) | bad user input: a file, row, item or option |
 | `UnsupportedOptionError` (also a `TypeError`) | a metric was asked for a score option it does not declare |
 | `UnknownModelError` | a model name that is no alias, local folder or Hub id |
+| `ModelUnavailableError` (an `OSError`) | a Hub id that is neither cached nor on a reachable Hub (or offline mode) |
 | `JobStateError` | a job's folder, manifest or shards do not match the request |
 | `MissingExtraError` (an `ImportError`) | an optional dependency is not installed |
 | `CorruptArtifactError` (a `ValueError`) | a file of a model directory or a converter's input is damaged |
@@ -38,6 +39,12 @@ class UnknownModelError(InputError):
     """A model name that is no alias, local folder or Hub id; the message lists the aliases."""
 
 
+class ModelUnavailableError(PacsError, OSError):
+    """A model named by a Hub id that cannot be had here: not in the local cache, and the Hub is unreachable, offline
+    mode forbids it, or has no such repository; the message says the ways out (offline mode with a cached copy, a
+    converted checkpoint's directory)."""
+
+
 class JobStateError(PacsError):
     """A job's output folder, manifest or shards are inconsistent with the request (another run's shards, a damaged or
     missing shard, a foreign folder); the message says what to delete or rerun."""
@@ -56,6 +63,7 @@ __all__ = [
     "InputError",
     "JobStateError",
     "MissingExtraError",
+    "ModelUnavailableError",
     "PacsError",
     "UnknownModelError",
     "UnsupportedOptionError",

@@ -8,7 +8,9 @@ directory's `model_type` -> its `MetricSpec` (`registry.py`) -> the spec's loade
 import logging
 
 from .errors import UnsupportedOptionError
+from .logs import quiet_library_loading
 from .metric_spec import door_options
+from .model_sources import check_model_source
 from .models.artifacts import CorruptArtifactError, check_model_directory
 from .pacs.loading import DTYPES, check_dtype, plain_model_type, resolve_device
 from .registry import (
@@ -41,10 +43,20 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     checkpoints are refused with an explanation.
     `dtype` is `None`/`"fp32"` (reference numbers), or the opt-in speed modes `"fp16"`/`"bf16"` where the metric's
     capabilities allow them.
+
+    A name that is no alias, directory or Hub id raises `UnknownModelError` at once (with the closest alias); a Hub id
+    that is not cached and cannot be reached raises `ModelUnavailableError` after one short request, saying the ways
+    out (`model_sources.py`). The libraries' loading chatter is hidden; our own warnings show.
     """
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")
     check_dtype(dtype)
+    check_model_source(model)  # a typo, or a Hub id that cannot be had, is refused before anything loads
+    with quiet_library_loading():  # the libraries' loading bars, load reports and FutureWarnings (`logs.py`)
+        return _load_model(model, device, dtype)
+
+
+def _load_model(model: str, device: str | None, dtype: str | None):
     tiny = parse_tiny_alias(model)
     if tiny is not None:
         from .testing.directories import tiny_model_directory

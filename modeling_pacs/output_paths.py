@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import InputError
-from .models.modeling_pacs import make_world_readable
 
 # The files a saved model directory holds (transformers, PEFT, our remote code, the model card).
 MODEL_DIRECTORY_ENTRIES = re.compile(
@@ -134,6 +133,8 @@ def staged_directory(output_dir: Path) -> Iterator[Path]:
     try:
         yield staging
         staging.chmod(0o755)
+        from .models.modeling_pacs import make_world_readable  # the remote code's helper (imports torch)
+
         make_world_readable(staging)
         if output_dir.exists():
             shutil.rmtree(output_dir) if output_dir.is_dir() else output_dir.unlink()

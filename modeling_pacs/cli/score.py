@@ -3,16 +3,15 @@
 import argparse
 import logging
 import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, read_items
 from ..errors import InputError
 from ..jobs import write_text_atomically
-from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from ..logs import setup_command_logging
+from ..model_sources import check_model_source, spec_for_model_name
 from ..output_paths import check_output_file
-from ..registry import TINY_ALIASES
-from ..results import result_columns
+from ..registry import DEFAULT_MODEL, PRETRAINED_MODELS, TINY_ALIASES
 from .arguments import (
     add_device_arguments,
     add_example,
@@ -47,37 +46,13 @@ SCORE_EPILOG += VIDEO_EPILOG
 
 
 def quiet_libraries(verbose: bool):
-    """Keep the libraries' developer notes (deprecations, loading reports) off a user's terminal."""
+    """One form for the command's messages (`warning: ...` on stderr) and the libraries' developer notes
+    (deprecations, loading reports, loading bars) off a user's terminal unless `--verbose` (`modeling_pacs.logs`)."""
     import warnings
 
+    setup_command_logging(verbose, level=logging.WARNING)
     # The command prints its own count of truncated captions (`report_truncation`).
     warnings.filterwarnings("ignore", message=r"some .* are longer than the text encoder")
-    if verbose:
-        return
-
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    for category in (FutureWarning, DeprecationWarning, UserWarning):
-        warnings.filterwarnings("ignore", category=category, module=r"(transformers|peft|huggingface_hub|torch)\b")
-
-
-@contextmanager
-def quiet_loading(verbose: bool):
-    """Hide the weight-loading progress bars while a model loads (our own progress bars stay on afterwards)."""
-    import huggingface_hub.utils
-    import transformers
-
-    hidden = not verbose and transformers.utils.logging.is_progress_bar_enabled()
-    if hidden:
-        transformers.utils.logging.disable_progress_bar()
-        huggingface_hub.utils.disable_progress_bars()
-    try:
-        yield
-    finally:
-        if hidden:
-            transformers.utils.logging.enable_progress_bar()
-            huggingface_hub.utils.enable_progress_bars()
 
 
 # ---------------------------------------------------------------------------------------------------- commands
@@ -133,8 +108,17 @@ def run_score(args: argparse.Namespace) -> dict:
         )
 
     videos = is_video_run(args, items)
-    with quiet_loading(args.verbose):
-        model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
+    check_model_source(args.model)  # a mistyped or unreachable model is refused before anything loads
+    spec = spec_for_model_name(args.model)
+    if spec is not None and spec.capabilities.needs_references and not with_references:
+        raise InputError(
+            f"{spec.display_name} ({args.model}) scores a caption against references, and {args.input} has none: "
+            "give --references FILE (JSON {image_path: [references]}) or a references field per item"
+        )
+    from ..loading import load_model  # torch and transformers load here, once the input is known to be good
+    from ..results import result_columns
+
+    model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
     if videos:
         return run_video_score(args, items, model, bool(with_references))
     output = model.score(
@@ -171,7 +155,6 @@ def run_score(args: argparse.Namespace) -> dict:
 
 def score_main(argv: list[str] | None = None):
     """`pacs-score`: score captions from a JSON/JSONL/CSV file."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_score_parser().parse_args(argv)
     with reports_errors("pacs-score", OSError, ValueError, TypeError):
         run_score(args)

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..caption_files import format_results
 from ..errors import InputError
 from ..jobs import write_text_atomically
-from ..models.video import VIDEO_EXTENSIONS
+from ..models.media import VIDEO_EXTENSIONS
 from .arguments import long_captions_options, positive_int, report_truncation
 
 VIDEO_EPILOG = """

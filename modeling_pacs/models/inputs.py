@@ -27,6 +27,8 @@ import PIL.Image
 import torch
 from transformers.utils import logging
 
+from .media import URL_SCHEMES, is_url  # noqa: F401 (re-exported: the engine's names for them)
+
 logger = logging.get_logger(__name__)
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -283,8 +285,6 @@ OTHER_IMAGE_RULES = (
     ("datasets.Image dict", "{'bytes': None, 'path': p}", "-", "-", "p, by the path rule"),
     ("datasets.Image dict", "no usable bytes or path, or a URL", "-", "-", "refused"),
 )
-# `datasets.Image` dicts and path strings that name a remote file are refused: nothing is downloaded.
-URL_SCHEMES = ("http://", "https://", "ftp://", "s3://", "gs://", "hf://", "az://", "abfs://")
 WHAT_TO_PASS = "pass uint8 values in 0-255 or floats in [0, 1]"
 
 
@@ -325,11 +325,6 @@ def describe_image(image: Any) -> str:
         dtype = dtype_name(image)
         return f"{'an' if dtype[0] in 'io' else 'a'} {dtype} {container} of shape {tuple(image.shape)}"
     return type(image).__name__
-
-
-def is_url(text: str) -> bool:
-    """Whether a path string names a remote file (`URL_SCHEMES`), which is refused rather than downloaded."""
-    return text.strip().lower().startswith(URL_SCHEMES)
 
 
 def image_source(image: Any, name: str) -> Any:

@@ -30,10 +30,9 @@ from .inputs import (
     pixels_to_uint8,
     tensor_to_numpy,
 )
+from .media import VIDEO_EXTENSIONS  # noqa: F401 (re-exported: the engine's name for it)
 
 VideoInput = Union[str, os.PathLike, Sequence[ImageInput], np.ndarray, torch.Tensor]
-# Extensions `pacs-score` treats as videos (GIFs stay images; pass --video to score them as videos).
-VIDEO_EXTENSIONS = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v", ".mpg", ".mpeg")
 
 
 def describe_video(video: Any) -> str:

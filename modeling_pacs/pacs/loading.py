@@ -45,6 +45,9 @@ def resolve_device(device: str | None = None) -> torch.device:
 
 def plain_model_type(name_or_path: str) -> str | None:
     """The `model_type` of a Hub id or directory's config; None when it cannot be read (the loader then explains)."""
+    from ..auto_classes import register_auto_classes
+
+    register_auto_classes()  # so that AutoConfig reads our own model types without trust_remote_code
     try:
         return AutoConfig.from_pretrained(name_or_path).model_type
     except (OSError, ValueError):
