@@ -136,17 +136,20 @@ def attach_references(items: list[dict], references_path: Path, image_root: Path
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
-def format_results(items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str) -> str:
-    """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row)."""
-    rows = [{"image": item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
+def format_results(
+    items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str, media: str = "image"
+) -> str:
+    """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row). `media`
+    names the items' first column: `"image"`, or `"video"` for videos."""
+    rows = [{media: item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
     if suffix == ".csv":
         from io import StringIO
 
         buffer = StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=["image", "caption", *names])
+        writer = csv.DictWriter(buffer, fieldnames=[media, "caption", *names])
         writer.writeheader()
         writer.writerows(rows)
-        writer.writerow({"image": "MEAN", "caption": "", **means})
+        writer.writerow({media: "MEAN", "caption": "", **means})
         return buffer.getvalue()
     if suffix == ".jsonl":
         return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)

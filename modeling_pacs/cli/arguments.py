@@ -1,6 +1,7 @@
 """Argument types and parser helpers shared by every command line of the package."""
 
 import argparse
+import logging
 from pathlib import Path
 
 from ..errors import InputError
@@ -63,6 +64,13 @@ def long_captions_options(model, mode: str, **settings) -> dict:
         raise InputError(f"--long-captions: {error}") from None
 
 
+def add_verbose_argument(parser: argparse.ArgumentParser):
+    """`--verbose`, as every command has it: the libraries' own logs, warnings and loading bars (hidden by default)."""
+    parser.add_argument(
+        "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"
+    )
+
+
 def report_truncation(items: list[dict], output, what: str = "captions", fix: str | None = None) -> int:
     """Add each item's `truncated_tokens` and print, once, how many captions were truncated and the fix (`fix`, by
     default `TRUNCATION_FIX`; a model without a piecewise mode names its own as `model.truncation_fix`)."""
@@ -77,8 +85,8 @@ def report_truncation(items: list[dict], output, what: str = "captions", fix: st
     count = int((truncated > 0).sum())
     with_references = 0 if reference_counts is None else int((reference_counts > 0).sum())
     if count or with_references:
-        print(
-            f"warning: {count} of {len(items)} {what} (and the references of {with_references} items) were longer "
+        logging.getLogger("pacs_pp").warning(
+            f"{count} of {len(items)} {what} (and the references of {with_references} items) were longer "
             f"than the text encoder's context and were truncated (column truncated_tokens): {fix or TRUNCATION_FIX}"
         )
     return count
@@ -123,6 +131,7 @@ __all__ = [
     "add_example",
     "add_long_captions_argument",
     "add_output_arguments",
+    "add_verbose_argument",
     "docstring_parser",
     "long_captions_options",
     "report_truncation",

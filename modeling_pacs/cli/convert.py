@@ -8,8 +8,10 @@ input; here one `run_converter` turns those into one `pacs-pp COMMAND: error: ..
 """
 
 import argparse
+import logging
 from collections.abc import Callable
 
+from ..logs import quiet_library_loading, setup_command_logging
 from ..metric_spec import ConverterCommand
 from ..registry import METRICS
 from .arguments import add_example
@@ -44,7 +46,8 @@ def build_parser(command: str, parser: argparse.ArgumentParser | None = None) ->
 
 
 def run(command: str, args: argparse.Namespace) -> int:
-    return run_converter(CONVERTERS[command].resolve("convert"), args, f"pacs-pp {command}")
+    with quiet_library_loading():  # transformers' loading and saving bars, load reports and FutureWarnings
+        return run_converter(CONVERTERS[command].resolve("convert"), args, f"pacs-pp {command}")
 
 
 def converter_main(command: str) -> Callable[[list[str] | None], int]:
@@ -52,7 +55,9 @@ def converter_main(command: str) -> Callable[[list[str] | None], int]:
 
     @reports_errors(f"pacs-pp {command}")
     def main(argv: list[str] | None = None) -> int:
-        return run(command, build_parser(command).parse_args(argv))
+        args = build_parser(command).parse_args(argv)
+        setup_command_logging(level=logging.WARNING)
+        return run(command, args)
 
     return main
 

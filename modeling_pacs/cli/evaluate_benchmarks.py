@@ -6,17 +6,17 @@ see the options) and prints each table beside the papers' numbers. File layouts:
 """
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_device_arguments, add_example
+from modeling_pacs.cli.arguments import add_device_arguments, add_example, add_verbose_argument
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.errors import InputError
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
 from modeling_pacs.evaluation.harness import HarnessConfig, run
 from modeling_pacs.evaluation.report import format_systems, format_table
 from modeling_pacs.evaluation.systems import COCO_METRICS
+from modeling_pacs.logs import setup_command_logging
 
 EPILOG = """
 examples:
@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="DetailCaps-4870: divide the GPT-4 scores by this for 1-R^2 only (correlations do not depend on it)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_verbose_argument(parser)
     add_example(
         parser, "python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --model pac_s_pp_vit_b32"
     )
@@ -166,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 @reports_errors("evaluate_benchmarks")
 def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_command_logging(args.verbose)
     if args.benchmark and args.data_dir is None:
         raise InputError("--benchmark needs --data-dir (the local copy of the original files)")
     if args.dump_items and not args.benchmark:

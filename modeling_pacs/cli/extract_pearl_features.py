@@ -9,7 +9,6 @@ Interrupted runs resume: whole shards already written are kept.
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
@@ -17,18 +16,18 @@ import torch
 from safetensors import safe_open
 
 from modeling_pacs.encoders import load_encoder
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.modeling_pearl import PearlModel
 from modeling_pacs.pearl.features import FeatureCache, extract_features
 from modeling_pacs.pearl.hadamard_init import HADAMARD_INIT_PATH, fraction_outside
 from modeling_pacs.supervised.data import LAYOUTS, read_rows, split_paths
 
-from .arguments import add_example
+from .arguments import add_example, add_verbose_argument
 from .errors import reports_errors
 
 
 @reports_errors("extract_pearl_features")
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="folder with <layout>_{train,val,test}.csv")
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="spica")
@@ -42,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         parser,
         "python scripts/extract_pearl_features.py --data data/ --images data/images --model PEARL_DIR --cache f/",
     )
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    setup_command_logging(args.verbose)
     if args.shard_size <= 0:
         parser.error("--shard-size must be > 0")
     paths = split_paths(args.data, args.layout)

@@ -31,11 +31,12 @@ import os
 import time
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_example, positive_int
+from modeling_pacs.cli.arguments import add_example, add_verbose_argument, positive_int
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data import load_datasets, select_split
 from modeling_pacs.errors import InputError
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.output_paths import OutputPathError, check_output_directory
 from modeling_pacs.synthetic.generation import (
     DEFAULT_CAPTIONER,
@@ -55,7 +56,7 @@ from modeling_pacs.synthetic.generation import (
     write_parquet,
 )
 
-logger = logging.getLogger("generate_synthetic")
+logger = logging.getLogger("pacs_pp.generate_synthetic")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,10 +164,11 @@ def rewrite_folder(folder: Path) -> dict:
 @reports_errors("generate_synthetic")
 def main(argv: list[str] | None = None) -> dict | None:
     """Generate this process's shards; once all are there, check them and write summary.json (returned)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    setup_command_logging(args.verbose)
     if args.rewrite_row_groups:
         return rewrite_folder(args.rewrite_row_groups)
     if args.output_dir is None:

@@ -9,11 +9,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..logs import quiet_library_loading, setup_command_logging
 from ..metric_spec import resolve
 from ..output_paths import check_output_directory
 from ..registry import TINY_BACKBONES, TINY_SPECS, TINY_VARIANTS, parse_tiny_alias, tiny_alias
 from . import convert
-from .arguments import add_example
+from .arguments import add_example, add_verbose_argument
 from .convert import CONVERTERS
 from .errors import reports_errors
 from .score import SCORE_EPILOG, build_score_parser, run_score
@@ -50,6 +51,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     tiny.add_argument(
         "--backbone", choices=sorted(set(TINY_BACKBONES.values())), default="clip", help="tiny towers' family"
     )
+    add_verbose_argument(tiny)
     for name, converter in CONVERTERS.items():
         subparser = commands.add_parser(name, help=converter.help)
         if command in (None, name):
@@ -70,8 +72,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None):
     """`pacs-pp`: utilities (score, make-tiny, the converters, register-metric)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     args = build_parser(named_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
+    setup_command_logging(getattr(args, "verbose", False), level=logging.WARNING)
     prog = f"pacs-pp {args.command}"
     with reports_errors(prog):
         return run_command(prog, args)
@@ -94,7 +96,8 @@ def run_command(prog: str, args: argparse.Namespace):
         if args.output.is_dir() and any(args.output.iterdir()):
             shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
         builder = resolve(TINY_SPECS[args.variant].tiny.builder)  # a builder of `modeling_pacs.testing`
-        builder(args.output, variant=args.variant, backbone=args.backbone, seed=args.seed)
+        with quiet_library_loading():  # transformers' saving bars and FutureWarnings
+            builder(args.output, variant=args.variant, backbone=args.backbone, seed=args.seed)
         print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
     elif args.command in CONVERTERS:
         return convert.run(args.command, args)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import torch
 
-from modeling_pacs.cli.arguments import add_example
+from modeling_pacs.cli.arguments import add_example, add_verbose_argument
 from modeling_pacs.cli.errors import reports_errors
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.pearl.hadamard_init import (
     ACCEPTED_MSE,
     HADAMARD_INIT_PATH,
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--channels", type=int, nargs="+", default=list(defaults.channels))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (> 0)")
     add_example(parser, "python scripts/pretrain_pearl_hadamard.py --steps 50 --output /tmp/h.safetensors")
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    setup_command_logging(args.verbose)
     if args.threads <= 0:
         parser.error("--threads must be > 0")
     torch.set_num_threads(args.threads)

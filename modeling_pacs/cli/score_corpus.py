@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from modeling_pacs.caption_files import resolve_image
-from modeling_pacs.cli.arguments import add_long_captions_argument, long_captions_options
+from modeling_pacs.cli.arguments import add_long_captions_argument, add_verbose_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
     csv_rows,
     dataset_blocks,
@@ -55,6 +55,7 @@ from modeling_pacs.jobs import (
     path_fingerprint,
 )
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.results import item_rows, result_columns, score_labels
@@ -62,7 +63,7 @@ from modeling_pacs.results import item_rows, result_columns, score_labels
 from .arguments import add_example
 from .errors import reports_errors
 
-logger = logging.getLogger("score_corpus")
+logger = logging.getLogger("pacs_pp.score_corpus")
 
 
 def open_corpus(args: argparse.Namespace, count: bool) -> tuple[Iterator[RowBlock], int | None]:
@@ -205,14 +206,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="no progress (default: a bar with rows/s and ETA on a terminal; in logs, a line every few seconds)",
     )
     add_long_captions_argument(parser)
+    add_verbose_argument(parser)
     add_example(parser, "python scripts/score_corpus.py captions.jsonl --output-dir scores/")
     return parser
 
 
 def main(argv: list[str] | None = None) -> dict | None:
     """Score this process's shards, then (main process) merge everything. Returns the summary on the main process."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     args = build_parser().parse_args(argv)
+    setup_command_logging(args.verbose)
     with reports_errors("score_corpus"):  # CorpusError, JobStateError, ...
         return run(args)
 
@@ -259,8 +261,8 @@ def run(args: argparse.Namespace) -> dict | None:
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
     if summary.get("num_truncated"):
-        print(
-            f"warning: {summary['num_truncated']} of {summary['num_items']} captions were longer than the text "
+        logger.warning(
+            f"{summary['num_truncated']} of {summary['num_items']} captions were longer than the text "
             "encoder's context and were truncated (truncated_tokens in scores.jsonl): "
             f"{getattr(model, 'truncation_fix', TRUNCATION_FIX)}"
         )

@@ -45,17 +45,18 @@ from modeling_pacs.captioning.training import (
     validate_caption_rows,
     xe_scheduler,
 )
-from modeling_pacs.cli.arguments import add_example, positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, add_verbose_argument, positive_float, positive_int
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.errors import InputError
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.loading import load_model
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.registry import ALIAS_VARIANTS, tiny_alias
 from modeling_pacs.tokenization import build_clip_tokenizer
 
-logger = logging.getLogger("train_captioner")
+logger = logging.getLogger("pacs_pp.train_captioner")
 TINY_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
 
 
@@ -111,7 +112,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser,
         "python scripts/train_captioner.py --stage scst --tiny --reward_model tiny --dataset toy/ --output_dir toy",
     )
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    setup_command_logging(args.verbose)
     if args.stage == "scst" and not (args.init or args.tiny):
         parser.error("--stage scst starts from an XE-trained captioner: pass --init DIR (or --tiny for smoke runs)")
     if args.num_beams < 2 and args.stage == "scst":
@@ -142,7 +145,6 @@ def default_model(name: str | None, fallback: str, tiny: bool) -> str:
 
 @reports_errors("train_captioner")
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
     output_dir = Path(args.output_dir)
     # The project's place rules; resuming into the folder is this script's own policy below.

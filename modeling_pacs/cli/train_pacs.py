@@ -30,6 +30,7 @@ from transformers import HfArgumentParser, TrainingArguments, set_seed
 from modeling_pacs.errors import InputError
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.pacs.model_card import write_trained_model_card
 from modeling_pacs.pacs.training import (
@@ -53,7 +54,7 @@ from modeling_pacs.tokenization import build_processor
 from .arguments import add_example
 from .errors import reports_errors
 
-logger = logging.getLogger("train_pacs")
+logger = logging.getLogger("pacs_pp.train_pacs")
 
 
 @dataclass
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None):
         "python scripts/train_pacs.py --recipe pac_s_pp --karpathy_json dataset_coco.json --image_root coco/",
     )
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(level=logging.INFO if training_args.should_log else logging.WARNING)
+    setup_command_logging(level=logging.INFO if training_args.should_log else logging.WARNING)
     if model_args.recipe not in RECIPES:
         raise InputError(f"--recipe must be one of {sorted(RECIPES)}, got {model_args.recipe!r}")
     if model_args.loss not in LOSS_TYPES:

@@ -10,13 +10,13 @@ checkpoint by validation Kendall tau-c is saved to OUTPUT/best with the encoders
 """
 
 import argparse
-import logging
 import shutil
 import sys
 from pathlib import Path
 
 from modeling_pacs.data.validation import check_data_path
 from modeling_pacs.hub import save_remote_code_model
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.configuration_pearl import PearlConfig
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.pearl.features import FeatureCache
@@ -30,13 +30,12 @@ from modeling_pacs.pearl.training import (
 )
 from modeling_pacs.supervised.data import LAYOUTS, RowError, in_split, read_rows, split_paths, validate_rows
 
-from .arguments import add_example
+from .arguments import add_example, add_verbose_argument
 from .errors import reports_errors
 
 
 @reports_errors("train_pearl")
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--layout", choices=sorted(LAYOUTS), default="spica")
@@ -52,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     add_example(
         parser, "python scripts/train_pearl.py --data data/ --cache features/ --init PEARL_DIR --output runs/pearl"
     )
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    setup_command_logging(args.verbose)
     if args.epochs <= 0 or args.batch_size <= 0 or args.learning_rate <= 0 or args.warmup_steps < 0:
         parser.error("--epochs, --batch-size and --learning-rate must be > 0, --warmup-steps >= 0")
     try:  # the project's place rules; resuming into the folder (or writing over it with --overwrite) is this script's

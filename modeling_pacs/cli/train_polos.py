@@ -20,12 +20,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_example, positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, add_verbose_argument, positive_float, positive_int
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data.validation import check_data_path
 from modeling_pacs.errors import InputError
 from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
+from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.modeling_polos import PolosModel
 from modeling_pacs.polos.training import (
     EARLY_STOPPING,
@@ -64,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         parser,
         "python scripts/train_polos.py --model polos-init --train polaris_train.csv --validation polaris_val.csv",
     )
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    setup_command_logging(args.verbose)
 
     # Every row and image is checked before the model is built and any step runs.
     with reports_errors("train_polos", ValueError, FileNotFoundError):  # RowError, TrainingDataError

@@ -77,7 +77,8 @@ def run_video_score(args: argparse.Namespace, items: list[dict], model, with_ref
     """Score items as videos, write the output file (as `pacs-score` does for images) and print the means."""
     names, means = score_video_items(model, items, args, with_references)
     if args.output:
-        text = format_results(items, names, means, args.model, model.config.w, args.output.suffix.lower())
+        suffix = args.output.suffix.lower()
+        text = format_results(items, names, means, args.model, model.config.w, suffix, media="video")
         write_text_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items())
     print(f"{len(items)} video captions scored with {args.model}: mean {summary}")

@@ -230,15 +230,17 @@ class PACSPlusPlus(evaluate.Metric):
         if kwargs:
             raise ValueError(f"unexpected inputs {sorted(kwargs)}: pass predictions=, images= and references=")
         images, input_kind = check_video_batch(images, videos, self.input_kind, len(self))
+        media = input_kind.removesuffix("s")  # "image" or "video": the messages name what was passed
         if predictions is None or images is None:
-            raise ValueError("pass both predictions= (captions) and images= (one image per caption)")
+            raise ValueError(f"pass both predictions= (captions) and {input_kind}= (one {media} per caption)")
         start = len(self)
         predictions = check_captions(predictions, "prediction")
         images = [images] if isinstance(images, (str, os.PathLike)) else list(images)
         if len(images) != len(predictions):
             raise ValueError(
-                f"got {len(predictions)} predictions and {len(images)} images: pass exactly one image per "
-                "prediction (repeat an image for each of its captions; repeats are encoded once)"
+                f"got {len(predictions)} predictions and {len(images)} {input_kind}: pass exactly one {media} per "
+                f"prediction (repeat a{'n' if media == 'image' else ''} {media} for each of its captions; repeats "
+                "are encoded once)"
             )
         if references is None:
             references = [[] for _ in predictions]

@@ -328,7 +328,8 @@ class VideoScoringMixin:
             if ((token_weights * features.attention_mask).sum(dim=1) == 0).any():
                 logger.warning(
                     "some captions have IDF weights that sum to 0 (every token occurs in every corpus caption, e.g. "
-                    "a one-caption corpus): they are weighted uniformly; pass a larger corpus as idf=[...]"
+                    "a one-caption corpus): they are weighted uniformly; pass a larger corpus (pacs-score: --idf FILE; "
+                    "Python: score_videos(..., idf=[captions]))"
                 )
 
         parts: list[VideoMatchScores] = []

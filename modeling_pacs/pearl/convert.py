@@ -24,6 +24,7 @@ Example:
 ```
 """
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from ..models.configuration_pearl import (
 from ..models.modeling_pearl import PearlModel, sinusoidal_positions
 from ..output_paths import check_output_directory, staged_directory
 from ..pacs.convert import CheckpointError, layout_message
+
+logger = logging.getLogger(__name__)
 
 # Pearl's adapter, DiffNet and HadamardNet of each (GEM, encoder) carry one index: mlpN, diff_feature_mlpN and
 # hadamard_netN (pearl_estimator.py:573-600 for the Img-GEM, :628-648 for the Ref-GEM).
@@ -393,8 +396,8 @@ def convert_pearl_state_dict(
         )
     ratio = state_dict.get("ref_img_ratio")
     if ratio is not None and ratio.numel() == 1 and float(ratio) != PEARL_LAMBDA:
-        log(
-            f"warning: ref_img_ratio is {float(ratio):.6g}, not {PEARL_LAMBDA}. Pearl's released forward never reads "
+        logger.warning(
+            f"ref_img_ratio is {float(ratio):.6g}, not {PEARL_LAMBDA}. Pearl's released forward never reads "
             f"it (the image/reference mix is fixed at {PEARL_LAMBDA}, pearl_estimator.py:683) and neither does this "
             "conversion; a modified Pearl that learned the mix would score differently"
         )

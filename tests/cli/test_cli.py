@@ -132,7 +132,7 @@ def test_cli_reports_truncation_and_reads_long_captions_in_chunks(
     expected = tiny_model.score(image_folder, [row["caption"] for row in rows], long_captions=mode)
     assert [item["PAC-S++"] for item in items] == pytest.approx(expected.scores.tolist(), abs=1e-6)
     assert [item["truncated_tokens"] for item in items] == expected.truncated_tokens.tolist()
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # warnings go to stderr (modeling_pacs/logs.py)
     if mode == "truncate":
         assert items[0]["truncated_tokens"] == int(tiny_model.truncated_tokens([LONG_CAPTION])[0]) > 0
         assert "warning: 1 of 6 captions" in printed and "--long-captions chunks" in printed

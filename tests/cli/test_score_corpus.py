@@ -290,6 +290,6 @@ def test_long_captions_are_counted_and_can_be_read_in_chunks(tiny_model_dir, tmp
         assert_scores_close([result["PAC-S++"] for result in results], expected.scores, what=mode)
         assert [result["truncated_tokens"] for result in results] == expected.truncated_tokens.tolist()
         assert summary["num_truncated"] == (1 if mode == "truncate" else 0)
-        printed = capsys.readouterr().out
+        printed = capsys.readouterr().err  # warnings go to stderr (modeling_pacs/logs.py)
         assert ("warning: 1 of 6 captions" in printed) == (mode == "truncate")
     assert read_scores(tmp_path / "chunks")[2]["PAC-S++"] != read_scores(tmp_path / "truncate")[2]["PAC-S++"]

@@ -57,7 +57,7 @@ def test_pacs_score_writes_the_column_and_prints_the_fix_once(model_name, engine
     assert [item["truncated_tokens"] for item in items] == expected.truncated_tokens.tolist()
     assert items[0]["truncated_tokens"] > 0 and all(item["truncated_tokens"] == 0 for item in items[1:])
     printed = capsys.readouterr()
-    warning_lines = [line for line in printed.out.splitlines() if line.startswith("warning:")]
+    warning_lines = [line for line in printed.err.splitlines() if line.startswith("warning:")]
     assert warning_lines == [
         "warning: 1 of 6 captions (and the references of 1 items) were longer than the text encoder's context and "
         f"were truncated (column truncated_tokens): {SHORTEN_FIX}"
@@ -72,7 +72,7 @@ def test_pacs_score_short_captions_print_no_warning(model_name, image_folder, tm
     with output.open(newline="") as handle:
         table = list(csv.DictReader(handle))
     assert [row["truncated_tokens"] for row in table] == ["0"] * 6 + [""]  # the last row holds the means
-    assert "warning" not in capsys.readouterr().out
+    assert "warning: " not in capsys.readouterr().err.replace("warning: model", "")
 
 
 def test_score_corpus_counts_the_rows_and_prints_the_fix(model_name, engine, image_folder, tmp_path, capsys):
@@ -84,9 +84,9 @@ def test_score_corpus_counts_the_rows_and_prints_the_fix(model_name, engine, ima
     expected = expected_output(engine, rows)
     assert [result["truncated_tokens"] for result in results] == expected.truncated_tokens.tolist()
     assert summary["num_truncated"] == 1
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err  # warnings go to stderr (modeling_pacs/logs.py)
     assert "warning: 1 of 6 captions were longer than the text encoder's context" in printed
-    assert printed.count("warning") == 1 and SHORTEN_FIX in printed
+    assert printed.count("warning: 1 of") == 1 and SHORTEN_FIX in printed
 
 
 def test_evaluate_module_reports_the_counts(model_name, engine, image_folder, tmp_path):

@@ -37,7 +37,8 @@ def test_pacs_score_scores_videos_by_extension(videos, tiny_model, tiny_model_di
     score_main([str(items), *arguments, "--num-frames", "3", "--idf", "off"])
     result = json.loads(output.read_text())
     expected = tiny_model.score_videos(paths, CAPTIONS, references=REFERENCES, num_frames=3, idf=False)
-    assert [item["image"] for item in result["items"]] == [path.name for path in paths]
+    assert [item["video"] for item in result["items"]] == [path.name for path in paths]  # labelled as what it is
+    assert all("image" not in item for item in result["items"])
     for column, values in [
         ("PAC-S++ video", expected.video_scores),
         ("video_P", expected.video_precision),

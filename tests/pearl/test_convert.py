@@ -4,6 +4,7 @@ authors' forward computed in NumPy (tests/references/pearl.py), and like their o
 checkout."""
 
 import importlib.util
+import logging
 import os
 import re
 import subprocess
@@ -503,14 +504,15 @@ def test_unsupported_hparams_are_explained(pearl_run, change, message):
             pearl_convert.convert_pearl_state_dict(state, hparams, encoder_dims=TINY_DIMS, log=lambda _: None)
 
 
-def test_num_heads_is_taken_as_given_and_ref_img_ratio_is_reported(pearl_run):
+def test_num_heads_is_taken_as_given_and_ref_img_ratio_is_reported(pearl_run, caplog):
     """The head count leaves no trace in the shapes: --num-heads 4 gives the 4-head forward of the same weights."""
     state = dict(pearl_run["state"]) | {"ref_img_ratio": torch.tensor(0.7)}
     logged = []
     model = pearl_convert.convert_pearl_state_dict(
         state, pearl_run["hparams"], num_heads=4, encoder_dims=TINY_DIMS, log=logged.append
     )
-    assert any(line.startswith("warning: ref_img_ratio is 0.7, not 0.5") for line in logged)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert any(line.startswith("ref_img_ratio is 0.7, not 0.5") for line in warnings)
     items = random_items([2, 0, 5], TINY_DIMS, BLIP_TOKENS, seed=8)
     expected = pearl_forward(numpy_weights(state), items, num_heads=4)
     assert_scores_close(scores_in_batches(model, items, 3)["score"], expected["score"], what="4 heads")
