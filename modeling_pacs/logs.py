@@ -65,11 +65,14 @@ def setup_command_logging(verbose: bool = False, level: int = logging.INFO) -> N
     _command_mode = "verbose" if verbose else "quiet"
     for name in PACKAGE_LOGGERS:
         logger = logging.getLogger(name)
-        logger.setLevel(level)
-        if not any(isinstance(handler, StderrHandler) for handler in logger.handlers):
+        if level < logging.WARNING and not logging.NOTSET < logger.level <= level:
+            logger.setLevel(level)  # only ever lowered: a caller's (or a test's) own capture keeps what it asked for
+        handler = next((handler for handler in logger.handlers if isinstance(handler, StderrHandler)), None)
+        if handler is None:
             handler = StderrHandler()
             handler.setFormatter(CommandFormatter())
             logger.addHandler(handler)
+        handler.setLevel(level)
     if verbose:
         return
     for category in (FutureWarning, DeprecationWarning, UserWarning):
