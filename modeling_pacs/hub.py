@@ -134,13 +134,15 @@ def save_remote_code_model(model, directory: str | os.PathLike, processor=None) 
     """Save config, weights and remote code so that `AutoModel.from_pretrained(directory, trust_remote_code=True)`
     loads the model in a fresh process (and, with `processor`, `AutoProcessor.from_pretrained(directory)` too), with
     the files world-readable (mode 0644) for the Hub and other users."""
+    from .logs import quiet_library_loading
     from .models.modeling_pacs import make_world_readable
 
     type(model.config).register_for_auto_class()
     type(model).register_for_auto_class("AutoModel")
-    model.save_pretrained(directory)
-    if processor is not None:
-        processor.save_pretrained(directory)
+    with quiet_library_loading():  # transformers' saving bars and FutureWarnings
+        model.save_pretrained(directory)
+        if processor is not None:
+            processor.save_pretrained(directory)
     make_world_readable(Path(directory))
 
 

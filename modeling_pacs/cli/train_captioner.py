@@ -51,7 +51,7 @@ from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.errors import InputError
 from modeling_pacs.jobs import write_text_atomically
 from modeling_pacs.loading import load_model
-from modeling_pacs.logs import setup_command_logging
+from modeling_pacs.logs import quiet_library_loading, setup_command_logging
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.registry import ALIAS_VARIANTS, tiny_alias
 from modeling_pacs.tokenization import build_clip_tokenizer
@@ -123,6 +123,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_captioner(args) -> PACSCaptionerForConditionalGeneration:
+    with quiet_library_loading():  # the libraries' loading bars and reports (--verbose shows them)
+        return new_captioner(args)
+
+
+def new_captioner(args) -> PACSCaptionerForConditionalGeneration:
     if args.init:
         return PACSCaptionerForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
     if args.tiny:

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from ..logs import quiet_library_loading
 from .base import EMPTY_TEXT
 from .beit3 import BEiT3RetrievalEncoder
 from .blip2 import BLIP2Encoder
@@ -17,7 +18,13 @@ def resolve_path(path: str, base_directory: str | Path | None) -> str:
 
 
 def load_encoder(name: str, spec: dict, base_directory: str | Path | None = None, device: str | None = None):
-    """Build the encoder that `spec` (`{"type", "path", ...}`, from `PearlConfig.encoder_specs`) describes."""
+    """Build the encoder that `spec` (`{"type", "path", ...}`, from `PearlConfig.encoder_specs`) describes, without
+    the libraries' loading chatter (`logs.quiet_library_loading`)."""
+    with quiet_library_loading():
+        return _load_encoder(name, spec, base_directory, device)
+
+
+def _load_encoder(name: str, spec: dict, base_directory: str | Path | None, device: str | None):
     kind = spec.get("type")
     path = resolve_path(spec["path"], base_directory)
     if kind == "pacs":
