@@ -289,6 +289,50 @@ def test_cli_prints_its_result_not_library_noise(cli_inputs, tiny_model_dir, tmp
     assert verbose.returncode == 0 and verbose.stdout.startswith("3 captions scored with ")
 
 
+LIBRARY_NOISE = ("Loading weights", "Writing model shards", "LOAD REPORT", "FutureWarning", "WARNING", "Retrying")
+
+
+def test_make_tiny_and_the_python_api_are_as_quiet(tmp_path):
+    """Issue 32: every entry point as clean as pacs-score; our warnings take one form, `warning: ...` on stderr."""
+    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_HOME=str(tmp_path / "hf"))
+    for command in (
+        [sys.executable, "-m", "modeling_pacs.cli", "make-tiny", str(tmp_path / "tiny"), "--variant", "pearl"],
+        [sys.executable, "-c", "from modeling_pacs.loading import load_model; load_model('tiny:pearl', device='cpu')"],
+    ):
+        result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert not any(noise in result.stderr + result.stdout for noise in LIBRARY_NOISE), result.stderr[-2000:]
+        if command[1] == "-m":  # a command: each line of stderr is one of our warnings
+            assert all(line.startswith("warning: ") for line in result.stderr.splitlines()), result.stderr
+
+
+# ---------------------------------------------------------------------------------------------- 32: model names
+def test_unknown_model_name_is_refused_before_any_network_access(cli_inputs, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", lambda *a, **k: pytest.fail("the Hub was asked"))
+    captions, _ = cli_inputs
+    with pytest.raises(
+        SystemExit, match=r"unknown model 'pacs_pp_b32' \(did you mean 'pac_s_pp_vit_b32'\?\): a model "
+    ):
+        score_main([str(captions), "--model", "pacs_pp_b32"])
+
+
+def test_offline_hub_id_fails_after_one_attempt(cli_inputs, tmp_path):
+    """A Hub that refuses connections (a closed local port): one request, one error line, no retries."""
+    captions, _ = cli_inputs
+    environment = dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), HF_HOME=str(tmp_path / "hf"), HF_HUB_OFFLINE="0",
+        HF_ENDPOINT="http://127.0.0.1:9",
+    )  # fmt: skip
+    command = [sys.executable, "-m", "modeling_pacs.cli", "score", str(captions), "--model", "someone/model"]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=300)
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("pacs-pp score: error: model someone/model is not in the local Hugging Face cache, and the ")
+    assert "HF_HUB_OFFLINE=1" in line and "pacs-pp convert" in line and "converting-checkpoints.md" in line
+
+
 # ---------------------------------------------------------------------------------------------- 10: corpus files
 def load_score_corpus():
     from modeling_pacs.cli import score_corpus
