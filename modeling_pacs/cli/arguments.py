@@ -97,7 +97,7 @@ def add_output_arguments(parser: argparse.ArgumentParser, head_dim: bool = True)
     parser.add_argument("--output", required=True, type=Path, help="directory to write (empty unless --overwrite)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing model directory")
     if head_dim:
-        from ..pacs.convert import OPENAI_HEAD_DIM
+        from ..pacs.spec import OPENAI_HEAD_DIM
 
         parser.add_argument(
             "--head-dim",

@@ -6,7 +6,6 @@ A new command is a module of `modeling_pacs.cli` with `build_parser(parser)` and
 import argparse
 import logging
 import shutil
-import sys
 from pathlib import Path
 
 from ..logs import quiet_library_loading, setup_command_logging
@@ -20,11 +19,9 @@ from .errors import reports_errors
 from .score import SCORE_EPILOG, build_score_parser, run_score
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The `pacs-pp` parser: one subparser per command, each `--help` ending with an example.
-
-    With `command` (the one a command line names), only that converter's arguments are built: each converter's
-    module imports torch, which `pacs-pp --help` and the other commands do not need."""
+def build_parser() -> argparse.ArgumentParser:
+    """The `pacs-pp` parser: one subparser per command, each `--help` ending with an example. Building it imports no
+    torch, transformers or model (each command imports what it needs when it runs)."""
     parser = add_example(
         argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities: score, make-tiny, the converters"),
         "pacs-pp score captions.json --model tiny --output scores.json",
@@ -52,10 +49,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--backbone", choices=sorted(set(TINY_BACKBONES.values())), default="clip", help="tiny towers' family"
     )
     add_verbose_argument(tiny)
-    for name, converter in CONVERTERS.items():
-        subparser = commands.add_parser(name, help=converter.help)
-        if command in (None, name):
-            convert.build_parser(name, subparser)
+    for command, converter in CONVERTERS.items():
+        convert.build_parser(command, commands.add_parser(command, help=converter.help))
     register = commands.add_parser(
         "register-metric",
         help="install the evaluate module so that evaluate.load('pacs_pp') works offline from any folder",
@@ -72,16 +67,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None):
     """`pacs-pp`: utilities (score, make-tiny, the converters, register-metric)."""
-    args = build_parser(named_command(sys.argv[1:] if argv is None else argv)).parse_args(argv)
+    args = build_parser().parse_args(argv)
     setup_command_logging(getattr(args, "verbose", False), level=logging.WARNING)
     prog = f"pacs-pp {args.command}"
     with reports_errors(prog):
         return run_command(prog, args)
-
-
-def named_command(argv: list[str]) -> str:
-    """The command a command line names (its first word that is not an option); "" for none."""
-    return next((word for word in argv if not word.startswith("-")), "")
 
 
 def run_command(prog: str, args: argparse.Namespace):

@@ -4,7 +4,7 @@ arguments and calls (the `ConverterCommand`s of `pacs/spec.py` name them; `pacs-
 import argparse
 
 from ..cli.arguments import add_output_arguments
-from .spec import OFFICIAL_VARIANTS
+from .spec import LORA_MODES, OFFICIAL_VARIANTS, WEIGHT_PRECISIONS
 
 
 def official_files_table() -> str:
@@ -32,8 +32,6 @@ Examples:
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser):
-    from .convert import LORA_MODES
-
     parser.add_argument("--checkpoint", required=True, help="the official .pth file (loaded with weights_only=True)")
     parser.add_argument("--variant", required=True, choices=list(OFFICIAL_VARIANTS))
     add_output_arguments(parser)
@@ -91,8 +89,6 @@ Examples:
 
 
 def add_longclip_arguments(parser: argparse.ArgumentParser):
-    from .convert_longclip import WEIGHT_PRECISIONS
-
     parser.add_argument("--checkpoint", required=True, help="longclip-B.pt / longclip-L.pt (loaded weights_only)")
     add_output_arguments(parser, head_dim=False)
     parser.add_argument(

@@ -41,14 +41,11 @@ from ..models.modeling_pacs import PACSModel
 from ..output_paths import check_output_directory, staged_directory
 from ..tokenization import build_clip_tokenizer, build_processor
 from .model_card import render_model_card
-from .spec import OFFICIAL_VARIANTS, OfficialVariant
+from .spec import LORA_MODES, OFFICIAL_VARIANTS, OPENAI_HEAD_DIM, OfficialVariant
 
-LORA_MODES = ("official", "full")
 # Official custom-loralib settings of PAC-S++ (docs/spec/pacs.md#checkpoints): rank from the tensors, alpha 1, so
 # scaling = 1 / rank.
 OFFICIAL_LORA_ALPHA = 1.0
-# OpenAI's `build_model` derives head counts as width // 64; tiny test checkpoints pass another head size.
-OPENAI_HEAD_DIM = 64
 # Metadata entries of OpenAI's jit checkpoints and the text causal mask some OpenCLIP versions saved: not weights.
 NON_WEIGHT_KEYS = ("input_resolution", "context_length", "vocab_size", "attn_mask")
 # Keys the geometry is read from; without them the file is not a CLIP ViT in OpenAI layout at all.

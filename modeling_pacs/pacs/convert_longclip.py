@@ -53,13 +53,13 @@ from .convert import (
     to_transformers_state_dict,
     verify_saved_model,
 )
+from .spec import WEIGHT_PRECISIONS
 
 # Long-CLIP's text context: 77 * 4 - 3 * 20 (model/model_longclip.py hard-codes it, masks included).
 LONGCLIP_CONTEXT_LENGTH = 248
 # Positions taken from `positional_embedding` (CLIP's own); the rest come from `positional_embedding_res`.
 LONGCLIP_KEPT_POSITIONS = 20
 LONG_POSITIONS_KEY = "positional_embedding_res"
-WEIGHT_PRECISIONS = ("official", "fp32")
 # OpenAI-layout tensors that Long-CLIP's `convert_weights` casts to fp16 before `load_state_dict` (the parameters of
 # every Conv2d / Linear / MultiheadAttention, `text_projection` and `visual.proj`).
 FP16_ROUNDED_KEYS = re.compile(

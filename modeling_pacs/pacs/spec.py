@@ -9,6 +9,13 @@ from dataclasses import dataclass
 
 from ..metric_spec import Capabilities, ConverterCommand, MetricSpec, OutputField, ReleasedVariant, TinyModels
 
+# OpenAI's `build_model` derives head counts as width // 64; tiny test checkpoints pass another head size.
+OPENAI_HEAD_DIM = 64
+# The converters' choices (`pacs-pp convert --lora-mode`, `pacs-pp convert-longclip --weights`), here so that the
+# commands' --help reads them without importing torch.
+LORA_MODES = ("official", "full")
+WEIGHT_PRECISIONS = ("official", "fp32")
+
 VIT_B32_GEOMETRY = {
     "embed_dim": 512,
     "image_size": 224,

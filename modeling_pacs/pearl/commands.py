@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from ..cli.arguments import add_output_arguments
+from .spec import ENCODER_NAMES, NUM_HEADS
 
 BEIT3_EPILOG = """\
 Both files come from https://github.com/microsoft/unilm/tree/master/beit3 (checkpoint links in its README). The
@@ -53,7 +54,6 @@ Examples:
 
 def encoder_value(kind: str):
     """argparse type of `NAME=PATH` / `NAME=N` for one of Pearl's encoders."""
-    from .convert import ENCODER_NAMES
 
     def parse(text: str) -> tuple[str, str]:
         name, separator, value = text.partition("=")
@@ -67,8 +67,6 @@ def encoder_value(kind: str):
 
 
 def add_convert_arguments(parser: argparse.ArgumentParser):
-    from .convert import NUM_HEADS
-
     parser.add_argument("--checkpoint", required=True, help="epoch=N-step=M.ckpt (loaded with weights_only=True)")
     parser.add_argument(
         "--hparams", help="hparams.yaml (default: the one beside the checkpoint, else its hyper_parameters)"

@@ -43,6 +43,7 @@ from ..models.configuration_pearl import (
 from ..models.modeling_pearl import PearlModel, sinusoidal_positions
 from ..output_paths import check_output_directory, staged_directory
 from ..pacs.convert import CheckpointError, layout_message
+from .spec import ENCODER_NAMES, NUM_HEADS
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +80,6 @@ UNUSED_KEY_GROUPS = {
 # Pearl's forward mixes the two heads with a constant 0.5 (pearl_estimator.py:683); ref_img_ratio starts there.
 PEARL_LAMBDA = 0.5
 VERIFY_TOLERANCE = 1e-6
-NUM_HEADS = 8  # nn.TransformerEncoderLayer(nhead=8) and MultiheadAttention(num_heads=8): no trace in the shapes
-ENCODER_NAMES = ("clip", "beit3", "blip2", "stella")
 FALSE_VALUES = (False, None, 0, "", "false", "False", "None", "null")
 
 

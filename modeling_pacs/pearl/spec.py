@@ -4,6 +4,10 @@ comes from `pacs-pp convert-pearl` or from training here."""
 
 from ..metric_spec import Capabilities, ConverterCommand, MetricSpec, OutputField, TinyModels
 
+# The converter's defaults and choices (`pacs-pp convert-pearl`), here so that its --help reads them without torch.
+NUM_HEADS = 8  # nn.TransformerEncoderLayer(nhead=8) and MultiheadAttention(num_heads=8): no trace in the shapes
+ENCODER_NAMES = ("clip", "beit3", "blip2", "stella")
+
 CITATION = """\
 @article{hirano2025pearl,
   title   = {{LLM-Free Image Captioning Evaluation in Reference-Flexible Settings}},

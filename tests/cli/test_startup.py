@@ -55,7 +55,21 @@ def test_pacs_score_answers_without_torch(argv, tmp_path):
         assert result.returncode in (1, 2) and "error: " in result.stderr
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["score", "--help"], ["make-tiny", "--help"], ["nope"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["score", "--help"],
+        ["make-tiny", "--help"],
+        ["convert", "--help"],
+        ["convert-longclip", "--help"],
+        ["convert-polos", "--help"],
+        ["convert-pearl", "--help"],
+        ["convert-beit3", "--help"],
+        ["register-metric", "--help"],
+        ["nope"],
+    ],
+)
 def test_pacs_pp_help_and_usage_errors_without_torch(argv, tmp_path):
     result = run_probe(f"from modeling_pacs.cli import main\nmain({argv!r})", tmp_path)
     assert imported(result) == [], result.stderr
