@@ -52,7 +52,7 @@ def docs_url(text: str) -> str:
     """`text` with every `docs/<page>.md#<anchor>` replaced by the page's address on the documentation site."""
 
     def link(match: re.Match) -> str:
-        page = re.sub(r"(^|/)index$", "", match.group(1))  # mkdocs serves docs/x/index.md as x/
+        page = re.sub(r"(^|/)index$", "", match.group(1))  # mkdocs serves an index page as its folder
         return f"{DOCS_SITE_URL}{page + '/' if page else ''}{match.group(2) or ''}"
 
     return DOCS_PAGE.sub(link, text)

@@ -98,7 +98,9 @@ def test_docs_links_lead_to_the_site_of_mkdocs_yml(capsys):
     assert site_url == DOCS_SITE_URL and DOCS_SITE_URL.endswith("/")
     assert docs_url("(docs/guides/long-captions.md)") == f"({DOCS_SITE_URL}guides/long-captions/)"
     assert docs_url("docs/spec/pacs.md#video: P, R") == f"{DOCS_SITE_URL}spec/pacs/#video: P, R"
-    assert docs_url("docs/index.md and docs/spec/index.md#a2") == f"{DOCS_SITE_URL} and {DOCS_SITE_URL}spec/#a2"
+    assert docs_url("docs/index.md, docs/spec/index.md#specification") == (
+        f"{DOCS_SITE_URL}, {DOCS_SITE_URL}spec/#specification"
+    )
     with pytest.raises(SystemExit):
         main(["--help"])
     assert f"Documentation: {DOCS_SITE_URL}\n" in capsys.readouterr().out
