@@ -10,7 +10,13 @@ that cannot be converted fails the build, naming the page and the formula.
 import html
 import re
 
-from latex2mathml.converter import convert
+try:
+    from latex2mathml.converter import convert
+except ImportError as error:  # the docs tools are the `dev` extra
+    raise ImportError(
+        "the documentation renders its formulas with latex2mathml: pip install -e '.[dev]' "
+        "(or bash scripts/setup.sh --tests)"
+    ) from error
 
 WRAPPED = re.compile(
     r'<(?P<tag>span|div) class="arithmatex">\s*(?:\\\((?P<inline>.*?)\\\)|\\\[(?P<display>.*?)\\\])\s*</(?P=tag)>',
