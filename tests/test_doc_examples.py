@@ -113,6 +113,30 @@ def continues_python(block: Block) -> bool:
     )
 
 
+def test_blocks_markers_and_steps_are_read_as_the_convention_says(tmp_path):
+    """Markers on the line before the fence (blank lines between allowed), fences indented in a list item, other
+    languages ignored, and a continuing Python block joined to the one before it."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "text\n<!-- runnable -->\n```bash\necho one\n```\n"
+        "<!-- runnable -->\n\n```python\nx = 1\n```\n"
+        "<!-- runnable: continues -->\n```python\nprint(x)\n```\n"
+        "- item\n  <!-- not-runnable: data; your files -->\n  ```bash\n  cat my.json\n  ```\n"
+        "```text\nignored\n```\n```python\nunmarked = True\n```\n",
+        encoding="utf-8",
+    )
+    blocks = fenced_blocks(page)
+    assert [(block.line, block.language, block.marker, block.option, block.code) for block in blocks] == [
+        (3, "bash", "runnable", "", "echo one\n"),
+        (8, "python", "runnable", "", "x = 1\n"),
+        (12, "python", "runnable", "continues", "print(x)\n"),
+        (17, "bash", "not-runnable", "data; your files", "cat my.json\n"),
+        (23, "python", None, "", "unmarked = True\n"),
+    ]
+    steps = run_steps([block for block in blocks if block.marker == "runnable"])
+    assert [[block.line for block in step] for step in steps] == [[3], [8, 12]]
+
+
 def test_every_command_and_python_block_is_marked():
     """A shell or Python block says whether it runs; a runnable one has no option but `continues` (after a Python
     block); a block that is not runnable names one of the known reasons and says why."""
