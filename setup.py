@@ -59,6 +59,8 @@ setup(
             "mkdocs>=1.6,<2",
             "mkdocs-material>=9.5,<10",
             "mkdocstrings[python]>=0.30",
+            # the formulas of the docs, rendered to MathML when the site is built (docs/hooks/mathml.py)
+            "latex2mathml>=3.77",
         ],
     },
     entry_points={

@@ -15,9 +15,8 @@ first 256 validation rows, in a fresh process per size, and prints its peak RSS 
 data-preparation time the script logs, and the peak RSS ratio between the largest and the smallest size (goal: at
 most 1.2x).
 
-Examples:
+Variants:
     python benchmarks/benchmark_training_data.py                          # 1k, 10k and 50k images (~9 GiB of shards)
-    python benchmarks/benchmark_training_data.py --images 1000 10000 --work-dir /data/bench
     python benchmarks/benchmark_training_data.py --images 1000 --repo ../old-checkout   # an older train_pacs.py
 """
 

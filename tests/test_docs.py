@@ -110,12 +110,16 @@ def test_readme_is_a_front_page():
 def test_mkdocs_build_strict(tmp_path):
     missing = [
         name
-        for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
+        for name in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "latex2mathml")
         if importlib.util.find_spec(name.split(".")[0]) is None
     ]
     if missing:
         pytest.skip(f"the documentation tools are not installed ({', '.join(missing)}): pip install -e '.[dev]'")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1", PYTHONPATH=str(REPO_ROOT))
+    env = dict(
+        os.environ,
+        NO_MKDOCS_2_WARNING="1",
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=REPO_ROOT,
@@ -130,6 +134,17 @@ def test_mkdocs_build_strict(tmp_path):
     for name in ("PACSModel", "PACSConfig", "PolosModel", "PearlModel", "score_videos"):
         assert f'id="modeling_pacs.{name}' in models or f"modeling_pacs.PACSModel.{name}" in models, name
     assert "&gt;&gt;&gt;" in models
+    # A docs page cited in a docstring is a link on the API pages, never plain text.
+    for page in sorted((tmp_path / "site" / "reference").rglob("index.html")):
+        text = page.read_text(encoding="utf-8")
+        plain = [match.group(0) for match in CITATION.finditer(text) if not text.startswith("</a>", match.end())]
+        assert not plain, f"{page.parent.name}: docs citations that are not links: {plain}"
+    assert '<a href="../../spec/pacs/#video">docs/spec/pacs.md#video</a>' in models
+    # The formulas are MathML in the pages (rendered at build time), and no page loads a script from elsewhere.
+    spec = (tmp_path / "site" / "spec" / "pacs" / "index.html").read_text(encoding="utf-8")
+    assert spec.count("<math") > 10 and "\\(" not in spec and "\\[" not in spec
+    for page in (tmp_path / "site").rglob("*.html"):
+        assert not re.search(r'<script[^>]+src="(https?:)?//', page.read_text(encoding="utf-8")), page
 
 
 def test_benchmark_plot_of_the_docs_is_what_the_harness_draws(tmp_path):

@@ -2,6 +2,8 @@
 
 import argparse
 import logging
+import re
+import textwrap
 from pathlib import Path
 
 from ..errors import InputError
@@ -38,6 +40,37 @@ def add_device_arguments(parser: argparse.ArgumentParser, dtype_help: str = DTYP
     """`--device` (default auto) and `--dtype` (fp32, fp16, bf16; default fp32), as every scoring command has them."""
     parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="fp32", help=dtype_help)
+
+
+# The documentation site (mkdocs.yml's site_url; tests/cli/test_help.py keeps the two equal). Help texts cite pages as
+# `docs/<page>.md#<anchor>`, as the code does (tests/test_docs.py checks that they exist); `--help` prints them as
+# links to the site, which mean something after a pip install, where the repository's docs/ folder does not exist.
+DOCS_SITE_URL = "https://pacs-pp.github.io/pacs-pp/"
+DOCS_PAGE = re.compile(r"\bdocs/((?:[\w-]+/)*[\w-]+)\.md(#[\w-]+)?")
+
+
+def docs_url(text: str) -> str:
+    """`text` with every `docs/<page>.md#<anchor>` replaced by the page's address on the documentation site."""
+
+    def link(match: re.Match) -> str:
+        page = re.sub(r"(^|/)index$", "", match.group(1))  # mkdocs serves an index page as its folder
+        return f"{DOCS_SITE_URL}{page + '/' if page else ''}{match.group(2) or ''}"
+
+    return DOCS_PAGE.sub(link, text)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Description and epilog printed as written, argument help wrapped without cutting a link, and the docs pages
+    cited anywhere in the help printed as links to the documentation site."""
+
+    def _fill_text(self, text, width, indent):
+        return super()._fill_text(docs_url(text), width, indent)
+
+    def _expand_help(self, action):
+        return docs_url(super()._expand_help(action))
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
 
 
 LONG_CAPTIONS_HELP = (
@@ -117,21 +150,25 @@ def docstring_parser(doc: str, **kwargs) -> argparse.ArgumentParser:
 
 
 def add_example(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    """End `parser`'s help with `Example:` and one command to copy (every --help of the package ends so); the
-    description and epilog are then printed as written."""
+    """End `parser`'s help with `Example:` and one command to copy (every --help of the package ends so, and the
+    epilog holds no other `Example(s):` section); the description and epilog are then printed as written, with the
+    documentation pages they cite as links to the site (`HelpFormatter`)."""
     example = f"Example:\n  {command}"
     parser.epilog = f"{parser.epilog.rstrip()}\n\n{example}" if parser.epilog else example
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.formatter_class = HelpFormatter
     return parser
 
 
 __all__ = [
+    "DOCS_SITE_URL",
     "DTYPE_CHOICES",
+    "HelpFormatter",
     "add_device_arguments",
     "add_example",
     "add_long_captions_argument",
     "add_output_arguments",
     "add_verbose_argument",
+    "docs_url",
     "docstring_parser",
     "long_captions_options",
     "report_truncation",

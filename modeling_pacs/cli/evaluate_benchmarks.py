@@ -19,7 +19,7 @@ from modeling_pacs.evaluation.systems import COCO_METRICS
 from modeling_pacs.logs import setup_command_logging
 
 EPILOG = """
-examples:
+variants:
   python scripts/evaluate_benchmarks.py --benchmark flickr8k_expert --data-dir data/flickr8k \\
       --model pac_s_pp_vit_b32 --model clip_s_vit_b32 --w 2.0 --output results/
   python scripts/evaluate_benchmarks.py --benchmark vatex_eval --data-dir data/vatex_eval --model clip_s_vit_b32 \\

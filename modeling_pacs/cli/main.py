@@ -23,7 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The `pacs-pp` parser: one subparser per command, each `--help` ending with an example. Building it imports no
     torch, transformers or model (each command imports what it needs when it runs)."""
     parser = add_example(
-        argparse.ArgumentParser(prog="pacs-pp", description="PAC-S++ utilities: score, make-tiny, the converters"),
+        argparse.ArgumentParser(
+            prog="pacs-pp",
+            description="PAC-S++ utilities: score, make-tiny, the converters, register-metric",
+            epilog="Documentation: docs/index.md",
+        ),
         "pacs-pp score captions.json --model tiny --output scores.json",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -41,12 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Save a tiny model with random weights (meaningless scores): offline tests, demos, smoke runs.",
     )
     add_example(tiny, "pacs-pp make-tiny tiny-model --variant pac_s_pp --backbone clip")
-    tiny.add_argument("output", type=Path)
-    tiny.add_argument("--variant", choices=TINY_VARIANTS, default=TINY_VARIANTS[0])
-    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("output", type=Path, help="directory to write (a Hub-ready model directory)")
+    tiny.add_argument(
+        "--variant",
+        choices=TINY_VARIANTS,
+        default=TINY_VARIANTS[0],
+        help=f"the metric whose tiny model to build (default {TINY_VARIANTS[0]})",
+    )
+    tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
     tiny.add_argument(
-        "--backbone", choices=sorted(set(TINY_BACKBONES.values())), default="clip", help="tiny towers' family"
+        "--backbone",
+        choices=sorted(set(TINY_BACKBONES.values())),
+        default="clip",
+        help="the family of the tiny image and text towers (default clip)",
     )
     add_verbose_argument(tiny)
     for command, converter in CONVERTERS.items():

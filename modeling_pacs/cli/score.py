@@ -37,7 +37,7 @@ models: a local directory, a Hub id, or an alias: {", ".join(sorted(PRETRAINED_M
 for an offline smoke run, a tiny model (random weights, meaningless scores): {", ".join(TINY_ALIASES)}.
 The columns are the model's scores, named as its metric names them (e.g. PAC-S++ and RefPAC-S++).
 
-examples:
+variants:
   pacs-score captions.json --output scores.json
   pacs-score captions.jsonl --model clip_s_vit_b32 --output scores.csv
   pacs-score captions.json --references refs.json --device cuda --dtype fp16

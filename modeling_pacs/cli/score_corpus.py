@@ -15,8 +15,7 @@ Inputs: `.jsonl`, `.csv` (references as a JSON list), `.parquet`, a `datasets` f
 Progress (main process): on a terminal, a bar with rows done / total, rows/s and ETA over the whole corpus; when
 stderr is a log, a line at most every 5 s with the same figures; `--no-progress` turns it off.
 
-Examples:
-    python scripts/score_corpus.py captions.jsonl --output-dir scores/
+Variants:
     accelerate launch --num_processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
     accelerate launch --multi_gpu --num_processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
     torchrun --nproc_per_node 2 scripts/score_corpus.py captions.csv --output-dir scores/ --cpu

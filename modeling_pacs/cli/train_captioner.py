@@ -3,7 +3,7 @@
 constant / decay schedule) then `--stage scst` (SCST with 5 beams and a PAC-S++ / RefPAC-S++ / CLIP-S / CIDEr-D reward,
 baseline = mean reward of the image's beams, Eq. 19), and write an evaluation report on the test split.
 
-Examples:
+The paper's runs:
 
     # stage 1 on COCO Karpathy (paper: batch 1,024, up to 20,000 steps, Adam, peak lr 2.5e-4)
     python scripts/train_captioner.py --stage xe --karpathy_json dataset_coco.json --image_root coco/ \\
@@ -18,9 +18,8 @@ Examples:
     # or accelerate launch --multi_gpu --num_processes 8 scripts/train_captioner.py ... (also on CPUs: gloo);
     # continue: --resume_from_checkpoint last. Rank 0 alone writes checkpoints, final/ and the evaluation report.
 
-    # offline smoke run on tiny random models and a `save_to_disk` dataset with `image` and `captions` columns
-    python scripts/train_captioner.py --stage scst --tiny --reward_model tiny --dataset toy/ --output_dir toy \\
-        --max_steps 4 --batch_size 2
+The example below is an offline smoke run on tiny random models; toy/ is any `save_to_disk` dataset with `image` and
+`captions` columns (docs/guides/scst-rewards.md#an-offline-smoke-run builds one).
 """
 
 import argparse

@@ -9,10 +9,8 @@ Data: the original CSVs (`--train data_en/polaris/polaris_train.csv --validation
 `images/` beside them or `--image_root`) or the Hub parquet files (`--train train.parquet --validation val.parquet`).
 The starting model is a Polos directory (e.g. from `pacs-pp convert-polos`, or `tiny:polos` for a smoke run).
 
-Examples:
+Continue an interrupted run:
 
-    python scripts/train_polos.py --model polos-init --train polaris_train.csv --validation polaris_val.csv \\
-        --output_dir runs/polos
     python scripts/train_polos.py ... --output_dir runs/polos --resume_from_checkpoint runs/polos/checkpoint-300
 """
 

@@ -9,13 +9,16 @@ from ..caption_files import attach_references, read_items
 from ..captioning.grammar import grammar_measures
 from ..extras import MissingExtraError, require
 from ..loading import score_options
-from ..registry import PAPER_NAMES
+from ..metric_spec import resolve
+from ..registry import METRICS, PAPER_NAMES
 from ..results import result_columns, score_columns
 from .benchmark import parse_named
 
 logger = logging.getLogger("pacs_pp.benchmarks")
 
 COCO_METRICS = ("Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "SPICE")
+# a column as pycocoevalcap names it -> the registry's metric without a model that computes it
+NGRAM_COLUMNS = {column: spec for spec in METRICS.values() if spec.scorer for column in spec.scorer_columns}
 
 
 def coco_caption_metrics(
@@ -25,11 +28,6 @@ def coco_caption_metrics(
     for whatever could not run."""
     try:
         require("pycocoevalcap", "captioning", "Computing BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE")
-        from pycocoevalcap.bleu.bleu import Bleu
-        from pycocoevalcap.cider.cider import Cider
-        from pycocoevalcap.meteor.meteor import Meteor
-        from pycocoevalcap.rouge.rouge import Rouge
-        from pycocoevalcap.spice.spice import Spice
         from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
     except MissingExtraError as error:
         return {}, [f"{error} (and Java for METEOR/SPICE); those columns are absent"]
@@ -42,15 +40,15 @@ def coco_caption_metrics(
     except Exception as error:  # no Java, or it failed: the columns are left out, never a crash
         return {}, [f"BLEU-4/METEOR/ROUGE-L/CIDEr/SPICE columns absent: PTB tokenizer failed ({error})"]
     measures, notes = {}, []
-    scorers = {"Bleu_4": Bleu, "METEOR": Meteor, "ROUGE_L": Rouge, "CIDEr": Cider, "SPICE": Spice}
     for name in metrics:
         try:
-            scorer = scorers[name]
-            value, _ = scorer().compute_score(references, candidates)
+            spec = NGRAM_COLUMNS[name]
+            value, _ = resolve(spec.scorer)().compute_score(references, candidates)
         except Exception as error:  # METEOR/SPICE start a Java process: any failure drops that column only
             notes.append(f"{name} column absent: {type(error).__name__}: {error}")
             continue
-        measures[name] = 100 * float(value[-1] if isinstance(value, list) else value)
+        # BLEU's scorer returns BLEU-1..4 at once, in the order of its columns
+        measures[name] = 100 * float(value[spec.scorer_columns.index(name)] if isinstance(value, list) else value)
     return measures, notes
 
 

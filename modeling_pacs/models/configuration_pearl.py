@@ -35,8 +35,8 @@ DEFAULT_ENCODER_SPECS = {
 
 class PearlConfig(PreTrainedConfig):
     r"""
-    Configuration of a [`PearlModel`][modeling_pacs.PearlModel] (docs/spec/pearl.md). Defaults reproduce Pearl's
-    code: 103.55 M parameters.
+    Configuration of a [`PearlModel`][modeling_pacs.PearlModel] ([docs/spec/pearl.md](../spec/pearl.md)). Defaults
+    reproduce Pearl's code: 103.55 M parameters.
 
     Args:
         image_encoders (`list[dict]`): Img-GEM encoders in token order, each `{"name", "dim", "tokens"}` (feature

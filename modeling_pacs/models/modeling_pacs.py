@@ -71,8 +71,9 @@ class PACSTextFeatures(ModelOutput):
         text_embeds (`torch.FloatTensor` of shape `(batch_size, projection_dim)`):
             Projected hidden state at the end-of-text position (the caption embedding `E_t(t)`).
         token_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, projection_dim)`, *optional*):
-            `text_projection(final_layer_norm(hidden_states))` at every position (docs/spec/pacs.md#video, Eq. 8),
-            unnormalised; for SigLIP, its text `head` at every position (the pooled embedding is the last position's).
+            `text_projection(final_layer_norm(hidden_states))` at every position
+            ([docs/spec/pacs.md#video](../spec/pacs.md#video), Eq. 8), unnormalised; for SigLIP, its text `head` at
+            every position (the pooled embedding is the last position's).
         attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
             1 from start-of-text through end-of-text, 0 on padding.
         input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
@@ -612,7 +613,8 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
 
         Args:
             images: one image per candidate: paths, bytes, PIL images, NumPy arrays (HxWxC), torch tensors (CxHxW)
-                or `datasets.Image` dicts, by the rules of docs/concepts/image-inputs.md (anything else raises an
+                or `datasets.Image` dicts, by the rules of
+                [docs/concepts/image-inputs.md](../concepts/image-inputs.md) (anything else raises an
                 `ImageInputError` naming the item). Repeated images (same path, same bytes or array content, same
                 PIL object) are encoded once.
             candidates: one caption per image. Empty captions are scored (the prompt prefix alone is encoded).
@@ -620,8 +622,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
             long_captions: `"truncate"` (the official behaviour: the encoder reads the first `max_text_length`
                 tokens; `truncated_tokens` says how many it dropped and a warning names the fix) or `"chunks"`:
                 captions and references longer than the context are read in pieces and their scores combined by a
-                token-weighted mean (docs/guides/long-captions.md). Captions that fit keep their `"truncate"`
-                scores: bit for bit when nothing in the call is split, else within fp32 rounding (other batches).
+                token-weighted mean ([docs/guides/long-captions.md](../guides/long-captions.md)). Captions that
+                fit keep their `"truncate"` scores: bit for bit when nothing in the call is split, else within fp32
+                rounding (other batches).
 
         Returns:
             [`PACSScoreOutput`][modeling_pacs.PACSScoreOutput] with per-item scores and their corpus means.
@@ -687,7 +690,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
 
         Eq. 4 and the clipped best reference cosine are token-weighted means over the candidate's pieces; a piece's
         best reference cosine is taken over every piece of every reference of its item; Eq. 5 is the harmonic mean
-        of the two means (docs/guides/long-captions.md).
+        of the two means ([docs/guides/long-captions.md](../guides/long-captions.md)).
         """
         owner = torch.tensor(candidate_split.owner, dtype=torch.long)
         new_tokens = torch.tensor(candidate_split.new_tokens, dtype=torch.long)

@@ -29,8 +29,8 @@ class PearlOutput(ModelOutput):
     Output of [`PearlModel.forward`][modeling_pacs.PearlModel.forward].
 
     Args:
-        loss (`torch.FloatTensor` of shape `()`, *optional*): summed Huber loss (docs/spec/pearl.md#training), with
-            `labels`.
+        loss (`torch.FloatTensor` of shape `()`, *optional*): summed Huber loss
+            ([docs/spec/pearl.md#training](../spec/pearl.md#training)), with `labels`.
         score (`torch.FloatTensor` of shape `(batch_size,)`): Eq. 3, `lambda * img_score + (1 - lambda) * ref_score`
             for items with references, `img_score` for the others.
         img_score (`torch.FloatTensor` of shape `(batch_size,)`): Eq. 1, the image head's score.
@@ -195,8 +195,9 @@ class PearlPreTrainedModel(PreTrainedModel):
 
 class PearlModel(PearlPreTrainedModel):
     r"""
-    Pearl (docs/spec/pearl.md): scores a candidate caption from frozen encoder features of its image and, optionally, of
-    up to `config.max_refs` references. Without references the score is the image head's (the reference-free setting).
+    Pearl ([docs/spec/pearl.md](../spec/pearl.md)): scores a candidate caption from frozen encoder features of its
+    image and, optionally, of up to `config.max_refs` references. Without references the score is the image head's
+    (the reference-free setting).
 
     Features come from the encoders of `modeling_pacs.encoders` (or a feature cache); HadamardNets start from the
     shipped multiplication pretraining (`modeling_pacs.pearl_init.initialise_hadamard_nets`).

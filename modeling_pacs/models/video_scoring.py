@@ -242,7 +242,7 @@ class VideoScoringMixin:
         long_captions: str = "truncate",
     ) -> PACSVideoScoreOutput:
         """Score each candidate caption against its video (Eq. 13) and, with references, Eq. 14
-        (docs/spec/pacs.md#video).
+        ([docs/spec/pacs.md#video](../spec/pacs.md#video)).
 
         Args:
             videos: one video per candidate: a video file (mp4, webm, mkv, avi, mov; needs the `video` extra), a

@@ -19,10 +19,8 @@ CONVERT_EPILOG = (
     official_files_table()
     + """
 
-Examples:
+Variants:
 
-  pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 \\
-      --output pac-s-pp-clip-vit-b32
   pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 \\
       --output pac-s-pp-full --lora-mode full
   pacs-pp convert --checkpoint clip_ViT-B-32.pth --variant pac_s_vit_b32 \\
@@ -81,9 +79,8 @@ The released checkpoints (Hugging Face Hub, BeichenZhang/LongCLIP-*), recognised
 
 The directory scores CLIP-S / RefCLIP-S with 248-token captions.
 
-Examples:
+Variants:
 
-  pacs-pp convert-longclip --checkpoint longclip-B.pt --output clip-s-longclip-b16
   pacs-pp convert-longclip --checkpoint longclip-L.pt --output clip-s-longclip-l14 --weight-precision fp32
 """
 

@@ -62,7 +62,8 @@ LOSS_TYPES = ("info_nce", "sigmoid")
 # ----------------------------------------------------------------------------------------------------- recipes
 @dataclass(frozen=True)
 class TrainingRecipe:
-    """What is trained and how the three loss terms are weighted (docs/spec/pacs.md#training).
+    """What is trained and how the three loss terms are weighted
+    ([docs/spec/pacs.md#training](../spec/pacs.md#training)).
 
     Args:
         variant: the `PACSConfig.variant` of the trained model.

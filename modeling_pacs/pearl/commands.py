@@ -10,11 +10,6 @@ from .spec import ENCODER_NAMES, NUM_HEADS
 BEIT3_EPILOG = """\
 Both files come from https://github.com/microsoft/unilm/tree/master/beit3 (checkpoint links in its README). The
 checkpoint is read with weights_only=True; every key must be used and every shape must match.
-
-Example:
-
-  pacs-pp convert-beit3 --checkpoint beit3_base_itc_patch16_224.pth --sentencepiece beit3.spm \\
-      --output beit3-base-itc-patch16-224
 """
 
 
@@ -44,9 +39,8 @@ CONVERT_EPILOG = """\
 Pearl's trainer writes experiments/lightning/<version>/epoch=N-step=M.ckpt with hparams.yaml beside it. The file is
 read with torch.load(weights_only=True); nothing in it is executed.
 
-Examples:
+Variants:
 
-  pacs-pp convert-pearl --checkpoint "experiments/lightning/v1/epoch=3-step=1234.ckpt" --output pearl
   pacs-pp convert-pearl --checkpoint run/epoch=3-step=1234.ckpt --hparams run/hparams.yaml \\
       --encoder-path clip=./pac-s-pp-clip-vit-l14 --encoder-dim clip=768 --output pearl-l14
 """

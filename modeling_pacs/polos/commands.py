@@ -9,9 +9,8 @@ CONVERT_EPILOG = """\
 The released checkpoint is reprod/reprod.ckpt of https://polos-polaris.s3.ap-northeast-1.amazonaws.com/reprod.zip,
 with hparams.yaml beside it. It is read with torch.load(weights_only=True); nothing in it is executed.
 
-Examples:
+Variants:
 
-  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output polos-vit-b32
   pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --text-encoder ./sup-simcse-roberta-base --output polos
 """
 

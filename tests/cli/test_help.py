@@ -1,4 +1,6 @@
-"""Every command line's --help ends with `Example:` and a command to copy that names the command itself.
+"""Every command line's --help ends with `Example:` and a command to copy that names the command itself, holds no
+other example section, and cites the documentation as links to the site (never as the repository's docs/ paths,
+which mean nothing after a pip install).
 
 The commands are listed from the files and the parser, not by hand: every `scripts/*.py`, every
 `benchmarks/benchmark_*.py`, `pacs-pp` and each of its subcommands, and `pacs-score`. Scripts run in this process
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from modeling_pacs.cli import main, score_main
+from modeling_pacs.cli.arguments import DOCS_SITE_URL, docs_url
 from modeling_pacs.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +29,15 @@ def subcommands() -> list[str]:
 
 
 def assert_ends_with_example(help_text: str, command: str):
-    """The last two non-blank lines are `Example:` and a command line that names `command`."""
+    """The last two non-blank lines are `Example:` and a command line that names `command`; no other line is an
+    `Example:` / `Examples:` heading, and no repository path of a docs page is left."""
     lines = [line for line in help_text.splitlines() if line.strip()]
     assert lines[-2].strip() == "Example:", lines[-3:]
     example = lines[-1].strip()
     assert example.split()[0] in LAUNCHERS and re.search(rf"{re.escape(command)}(\s|$)", example), (command, example)
+    headings = [line for line in lines if re.fullmatch(r"\s*examples?:\s*", line, flags=re.I)]
+    assert headings == ["Example:"], (command, headings)
+    assert not re.search(r"\bdocs/\S*\.md", help_text), (command, re.findall(r"\bdocs/\S*\.md\S*", help_text))
 
 
 def usage_program(help_text: str) -> str:
@@ -82,3 +89,21 @@ def test_pacs_score_help_ends_with_its_example(capsys):
     with pytest.raises(SystemExit):
         score_main(["--help"])
     assert_ends_with_example(capsys.readouterr().out, "pacs-score")
+
+
+def test_docs_links_lead_to_the_site_of_mkdocs_yml(capsys):
+    """The site's address is mkdocs.yml's `site_url`; a cited page becomes its address there (index pages as their
+    folder), and the help of `pacs-pp` and of an argument that cites a guide show those links."""
+    (site_url,) = re.findall(r"^site_url:\s*(\S+)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), flags=re.M)
+    assert site_url == DOCS_SITE_URL and DOCS_SITE_URL.endswith("/")
+    assert docs_url("(docs/guides/long-captions.md)") == f"({DOCS_SITE_URL}guides/long-captions/)"
+    assert docs_url("docs/spec/pacs.md#video: P, R") == f"{DOCS_SITE_URL}spec/pacs/#video: P, R"
+    assert docs_url("docs/index.md, docs/spec/index.md#specification") == (
+        f"{DOCS_SITE_URL}, {DOCS_SITE_URL}spec/#specification"
+    )
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert f"Documentation: {DOCS_SITE_URL}\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        score_main(["--help"])
+    assert f"({DOCS_SITE_URL}guides/long-captions/)" in capsys.readouterr().out  # a link is never cut by wrapping

@@ -236,6 +236,22 @@ def score(client: Client, image, captions: list[str], references: list[str], mod
 
 
 # ---------------------------------------------------------------------------------------------------- endpoints
+def test_the_guides_client_snippet_runs_against_the_tiny_space(space_url, space_models, monkeypatch, capsys):
+    """docs/guides/space.md#call-it-from-python as written, against this Space instead of port 7860: it picks the
+    first model `/list_models` offers, so it runs on the --tiny Space as on the Hub's."""
+    from tests.test_doc_examples import fenced_blocks
+
+    (snippet,) = [
+        block.code for block in fenced_blocks(REPO_ROOT / "docs" / "guides" / "space.md") if "Client(" in block.code
+    ]
+    assert 'Client("http://127.0.0.1:7860/")' in snippet
+    monkeypatch.chdir(REPO_ROOT)
+    exec(snippet.replace("http://127.0.0.1:7860/", space_url), {})
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Loaded as API")]
+    assert lines[0] == str([space_models["local"], TINY_CHOICE])
+    assert [line.split()[0] for line in lines[1:]] == ["1", "2"]  # one row per candidate, best first
+
+
 def test_named_endpoints_and_model_list(client, space_models):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     assert set(endpoints) == {"/score", "/list_models", "/score_video"}
