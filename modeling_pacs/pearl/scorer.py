@@ -91,10 +91,13 @@ class PearlScorer:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, device: str | None = None, **kwargs) -> "PearlScorer":
-        """Load the Pearl head and the encoders named by `config.encoder_specs` (paths relative to the model folder)."""
+        """Load the Pearl head and the encoders named by `config.encoder_specs` (paths relative to the model folder),
+        without the libraries' loading chatter."""
         from ..encoders import load_encoder
+        from ..logs import quiet_library_loading
 
-        model = PearlModel.from_pretrained(name_or_path, dtype=torch.float32).to(device or "cpu")
+        with quiet_library_loading():
+            model = PearlModel.from_pretrained(name_or_path, dtype=torch.float32).to(device or "cpu")
         base = Path(name_or_path) if Path(name_or_path).is_dir() else None
         encoders = {
             name: load_encoder(name, model.config.encoder_specs[name], base, device)
