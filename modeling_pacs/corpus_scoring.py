@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .caption_files import utf8_errors
 from .errors import InputError
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
@@ -34,7 +35,7 @@ def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
 
     start = 0
     lines: list[str] = []
-    with path.open(encoding="utf-8-sig") as handle:
+    with utf8_errors(path), path.open(encoding="utf-8-sig") as handle:
         for line in handle:
             if not line.strip():
                 continue  # blank lines are not rows
@@ -48,7 +49,7 @@ def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
 
 def jsonl_row_count(path: Path) -> int:
     """Rows of a JSON lines file as `jsonl_blocks` reads them (blank lines are not rows)."""
-    with path.open(encoding="utf-8-sig") as handle:
+    with utf8_errors(path), path.open(encoding="utf-8-sig") as handle:
         return sum(1 for line in handle if line.strip())
 
 
@@ -67,7 +68,7 @@ def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
 
 def csv_rows(path: Path) -> Iterator[dict]:
     # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with utf8_errors(path), path.open(newline="", encoding="utf-8-sig") as handle:
         yield from csv.DictReader(handle)
 
 

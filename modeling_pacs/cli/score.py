@@ -6,7 +6,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, read_items
+from ..caption_files import OUTPUT_SUFFIXES, attach_references, check_input_file, format_results, read_items
 from ..errors import InputError
 from ..jobs import write_text_atomically
 from ..loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
@@ -115,8 +115,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
 def run_score(args: argparse.Namespace) -> dict:
     quiet_libraries(args.verbose)
     image_root = args.image_root or args.input.parent
-    if not args.input.is_file():
-        raise InputError(f"input file '{args.input}' does not exist")
+    check_input_file(args.input)
     if args.output:
         check_output_file(args.output, inputs=[args.input, args.references], suffixes=OUTPUT_SUFFIXES)
     items = read_items(args.input, image_root)

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from modeling_pacs.caption_files import resolve_image
+from modeling_pacs.caption_files import check_input_file, check_utf8, resolve_image
 from modeling_pacs.cli.arguments import add_long_captions_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
     csv_rows,
@@ -90,6 +90,16 @@ def open_corpus(args: argparse.Namespace, count: bool) -> tuple[Iterator[RowBloc
         return dataset_blocks(undecoded_images(dataset, args.image_column)), len(dataset)
     streamed = datasets.load_dataset(str(source), split=args.split, streaming=True)
     return list_blocks(iter(undecoded_images(streamed, args.image_column))), None
+
+
+def check_corpus_file(source: Path) -> None:
+    """Refuse a corpus file that is missing, a directory, or (JSON lines, CSV) not UTF-8, before the job's manifest
+    pins it: the corrected file then starts the job afresh instead of being refused as another run's input."""
+    suffix = source.suffix.lower()
+    if suffix in (".jsonl", ".csv", ".parquet"):
+        check_input_file(source)
+    if suffix in (".jsonl", ".csv"):
+        check_utf8(source)
 
 
 # ---------------------------------------------------------------------------------------------------- scoring
@@ -224,8 +234,7 @@ def run(args: argparse.Namespace) -> dict | None:
         raise InputError("--shard-size must be at least 1")
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
-        raise InputError(f"input '{args.input}' does not exist")
+    check_corpus_file(args.input)
     state = launch_state(args.cpu)
     image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
     try:  # a resumable folder of this command's own: existing content is fine, the place rules still hold

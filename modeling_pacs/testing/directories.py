@@ -1,13 +1,40 @@
-"""The tiny models behind the `tiny*` aliases of `load_model`: built once per variant and backbone, cached on disk,
-by the builder each family's `TinyModels` names in the registry."""
+"""The tiny models behind the `tiny*` aliases of `load_model` and `pacs-pp make-tiny`: built by the builder each
+family's `TinyModels` names in the registry, marked as random weights (so that every loader warns), and for the
+aliases cached on disk once per variant and backbone."""
 
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
+from ..jobs import write_text_atomically
 from ..metric_spec import resolve
+from ..models.artifacts import RANDOM_WEIGHTS_FIELD
 from ..registry import TINY_SEED, TINY_SPECS
+
+
+def save_tiny_model(directory: str | Path, variant: str = "pac_s_pp", backbone: str = "clip", seed: int = TINY_SEED):
+    """Save the tiny model of `variant` and `backbone` in `directory`, marked as random weights.
+
+    The default seed is the one of the `tiny` aliases (`registry.TINY_SEED`): its random cosines on the examples are
+    positive, so the scores are not all clipped to 0 by Eq. 4's max(cos, 0).
+    """
+    resolve(TINY_SPECS[variant].tiny.builder)(directory, variant=variant, backbone=backbone, seed=seed)
+    mark_random_weights(directory)
+
+
+def mark_random_weights(directory: str | Path) -> None:
+    """Set the config's random-weights marker: loading the directory then warns, through `AutoModel`, `load_model` or
+    the metric's `from_pretrained` (`models/artifacts.py`, `warn_if_random_weights`). Idempotent.
+
+    Only tiny directories carry it: the builders of `modeling_pacs.testing` write released layouts unchanged.
+    """
+    config_file = Path(directory) / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if config.get(RANDOM_WEIGHTS_FIELD) is not True:
+        config[RANDOM_WEIGHTS_FIELD] = True
+        write_text_atomically(config_file, [json.dumps(config, indent=2, sort_keys=True) + "\n"])
 
 
 def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> Path:
@@ -15,10 +42,12 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
 
     cache = Path(os.environ.get("PACS_PP_CACHE", Path.home() / ".cache" / "pacs_pp"))
     directory = cache / f"tiny-{'' if backbone == 'clip' else backbone + '-'}{variant}-seed{TINY_SEED}"
-    if not (directory / "config.json").is_file():
+    if (directory / "config.json").is_file():
+        mark_random_weights(directory)  # a cache written before the marker existed
+    else:
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
-        resolve(TINY_SPECS[variant].tiny.builder)(temporary, variant=variant, backbone=backbone, seed=TINY_SEED)
+        save_tiny_model(temporary, variant=variant, backbone=backbone, seed=TINY_SEED)
         if not (temporary / "config.json").is_file():  # never publish a half-saved model into the cache
             shutil.rmtree(temporary)
             raise RuntimeError(
@@ -33,4 +62,4 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
     return directory
 
 
-__all__ = ["tiny_model_directory"]
+__all__ = ["mark_random_weights", "save_tiny_model", "tiny_model_directory"]
