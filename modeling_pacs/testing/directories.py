@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..jobs import write_text_atomically
 from ..metric_spec import resolve
+from ..models import processing_random_weights
 from ..models.artifacts import RANDOM_WEIGHTS_FIELD
 from ..registry import TINY_SEED, TINY_SPECS
 
@@ -26,15 +27,27 @@ def save_tiny_model(directory: str | Path, variant: str = "pac_s_pp", backbone: 
 
 def mark_random_weights(directory: str | Path) -> None:
     """Set the config's random-weights marker: loading the directory then warns, through `AutoModel`, `load_model` or
-    the metric's `from_pretrained` (`models/artifacts.py`, `warn_if_random_weights`). Idempotent.
+    the metric's `from_pretrained` (`models/artifacts.py`, `warn_if_random_weights`); and, where the directory has a
+    processor, name `models/processing_random_weights.py` as its `AutoProcessor` entry, which warns too. Idempotent.
 
     Only tiny directories carry it: the builders of `modeling_pacs.testing` write released layouts unchanged.
     """
-    config_file = Path(directory) / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8"))
-    if config.get(RANDOM_WEIGHTS_FIELD) is not True:
-        config[RANDOM_WEIGHTS_FIELD] = True
-        write_text_atomically(config_file, [json.dumps(config, indent=2, sort_keys=True) + "\n"])
+    directory = Path(directory)
+    update_json(directory / "config.json", {RANDOM_WEIGHTS_FIELD: True})
+    processor_config = directory / "processor_config.json"
+    if processor_config.is_file():  # AutoProcessor(..., trust_remote_code=True) warns too
+        entry = Path(processing_random_weights.__file__)
+        if not (directory / entry.name).is_file():
+            shutil.copyfile(entry, directory / entry.name)
+            (directory / entry.name).chmod(0o644)
+        update_json(processor_config, {"auto_map": {"AutoProcessor": f"{entry.stem}.RandomWeightsProcessor"}})
+
+
+def update_json(path: Path, values: dict) -> None:
+    """Set `values` in the JSON object of `path` (atomically; nothing is written when they are already there)."""
+    content = json.loads(path.read_text(encoding="utf-8"))
+    if any(content.get(key) != value for key, value in values.items()):
+        write_text_atomically(path, [json.dumps(content | values, indent=2, sort_keys=True) + "\n"])
 
 
 def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> Path:
