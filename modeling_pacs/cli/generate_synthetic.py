@@ -7,7 +7,7 @@ and every generation setting: a rerun with anything different is refused, naming
 done, OUTPUT_DIR/summary.json counts the rows, the generated and safety-flagged images and the unreadable source
 images (by id), after checking that every row is there exactly once.
 
-The result is what `train_pacs.py --synthetic_data OUTPUT_DIR` reads (rows keyed by sentid and cocoid), and a
+The result is what train_pacs.py reads as its synthetic data (rows keyed by sentid and cocoid), and a
 `datasets` dataset: `datasets.load_dataset("parquet", data_files="OUTPUT_DIR/shards/*.parquet")`, or
 `modeling_pacs.synthetic.load_synthetic_dataset(OUTPUT_DIR)` for the trainable rows only.
 Policies (see modeling_pacs/synthetic/generation.py): images flagged by the safety checker are recorded
@@ -16,7 +16,7 @@ generated from seed sha256(f"{--seed}:{sentid}") alone, so it can be regenerated
 
 Examples:
     python scripts/generate_synthetic.py --karpathy-json dataset_coco.json --image-root coco/ --output-dir out/
-    accelerate launch --num_processes 8 scripts/generate_synthetic.py --karpathy-json dataset_coco.json \\
+    accelerate launch --num-processes 8 scripts/generate_synthetic.py --karpathy-json dataset_coco.json \\
         --image-root coco/ --output-dir synthetic/ --image-batch-size 16
     # independent machines (no shared launcher): machine i of 4, same command otherwise
     python scripts/generate_synthetic.py ... --shard-id i --num-shards 4

@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("output", type=Path)
     tiny.add_argument("--variant", choices=TINY_VARIANTS, default=TINY_VARIANTS[0])
     tiny.add_argument(
-        "--seed", type=int, default=TINY_SEED, help=f"random seed (default {TINY_SEED}: positive scores on the examples)"
+        "--seed",
+        type=int,
+        default=TINY_SEED,
+        help=f"random seed (default {TINY_SEED}: non-zero scores on the examples)",
     )
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
     tiny.add_argument(

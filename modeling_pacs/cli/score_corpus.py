@@ -17,8 +17,8 @@ stderr is a log, a line at most every 5 s with the same figures; `--no-progress`
 
 Examples:
     python scripts/score_corpus.py captions.jsonl --output-dir scores/
-    accelerate launch --num_processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
-    accelerate launch --multi_gpu --num_processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
+    accelerate launch --num-processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
+    accelerate launch --multi-gpu --num-processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
     torchrun --nproc_per_node 2 scripts/score_corpus.py captions.csv --output-dir scores/ --cpu
 (`accelerate launch --cpu` alone starts ONE process; several CPU processes need --multi_gpu or torchrun, plus --cpu.)
 """
