@@ -32,20 +32,20 @@ def not_utf8_error(path: Path) -> InputError:
     """The error for a text file that is not UTF-8: it names the file, the first line (and, for a CSV file, the row)
     that cannot be decoded, and how to re-save the file as UTF-8."""
     path = Path(path)
+    lines: list[bytes] = []  # the lines up to the first that does not decode
     with path.open("rb") as handle:
-        lines = []
-        for line_number, raw in enumerate(handle, start=1):
+        for raw in handle:
+            lines.append(raw)
             try:
                 raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 bad_byte, column = raw[error.start], error.start + 1
                 break
-            lines.append(raw)
         else:
             return InputError(f"{path}: not UTF-8 text: re-save it as UTF-8")  # cut inside a character at the end
-    where = f"line {line_number}"
+    where = f"line {len(lines)}"
     if path.suffix.lower() == ".csv":
-        where = f"row {csv_row_of_line([*lines, raw], line_number)} ({where})"
+        where = f"row {csv_row_of_line(lines, len(lines))} ({where})"
     encoding = "cp1252" if 0x80 <= bad_byte <= 0x9F else "latin1"  # 0x80-0x9f are Windows-1252's letters and quotes
     fixed = path.with_name(f"{path.stem}.utf8{path.suffix}")
     return InputError(

@@ -209,7 +209,8 @@ PACS = MetricSpec(
             "convert",
             help="convert an official PAC-S / PAC-S++ checkpoint",
             description="Convert an official PAC-S / PAC-S++ checkpoint into a Hub-ready transformers directory.",
-            example="pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 --output-dir pac-s-pp",
+            example="pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 "
+            "--output-dir pac-s-pp",
             module="modeling_pacs.pacs.commands",
         ),
         ConverterCommand(

@@ -55,7 +55,8 @@ PEARL = MetricSpec(
             help="convert unilm's BEiT-3 retrieval checkpoint for Pearl",
             description="Convert unilm's BEiT-3 base retrieval checkpoint into a transformers directory for Pearl's "
             "BEiT-3 encoder.",
-            example="pacs-pp convert-beit3 --checkpoint beit3_base_itc.pth --sentencepiece beit3.spm --output-dir beit3",
+            example="pacs-pp convert-beit3 --checkpoint beit3_base_itc.pth --sentencepiece beit3.spm "
+            "--output-dir beit3",
             module="modeling_pacs.pearl.commands",
             add_arguments="add_beit3_arguments",
             convert="convert_beit3",

@@ -18,7 +18,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_COMMANDS = {"scripts/train_pacs.py", "scripts/train_pearl.py", "scripts/train_polos.py",
                     "scripts/train_captioner.py"}  # fmt: skip
 # Commands whose --output is a file (a directory is --output-dir / --output_dir everywhere).
-OUTPUT_FILE_COMMANDS = {"pacs-score", "pacs-pp score", "scripts/space_screenshot.py", "scripts/pretrain_pearl_hadamard.py"}
+OUTPUT_FILE_COMMANDS = {
+    "pacs-score",
+    "pacs-pp score",
+    "scripts/space_screenshot.py",
+    "scripts/pretrain_pearl_hadamard.py",
+}
 # concept -> (its kebab-case spelling, its Trainer spelling, every spelling that names it)
 CONCEPTS = {
     "output directory": ("--output-dir", "--output_dir", {"--output-dir", "--output_dir", "--output"}),
@@ -116,7 +121,9 @@ def filler(action: argparse.Action) -> list[str]:
     """A value that `action` accepts."""
     if action.choices:
         return [str(next(iter(action.choices)))]
-    return ["1"] if action.type in (int, float) or getattr(action.type, "__name__", "").startswith("positive") else ["x"]
+    return (
+        ["1"] if action.type in (int, float) or getattr(action.type, "__name__", "").startswith("positive") else ["x"]
+    )
 
 
 FORMER_SPELLINGS = [

@@ -41,7 +41,7 @@ def checkpoint_folder(tmp_path_factory):
 def convert_arguments(folder: Path, output: str) -> list[str]:
     return [
         "convert", "--checkpoint", str(folder / "PAC++_clip_tiny.pth"), "--variant", "pac_s_pp_vit_b32",
-        "--output", output, "--allow-other-geometry", "--head-dim", "8", "--no-verify",
+        "--output-dir", output, "--allow-other-geometry", "--head-dim", "8", "--no-verify",
     ]  # fmt: skip
 
 
@@ -329,7 +329,7 @@ def test_corpus_output_dir_may_not_contain_the_input(image_folder, tiny_model_di
 
 
 def test_every_directory_writer_follows_the_same_output_rules(tmp_path, monkeypatch):
-    """The benchmark script (which deletes its --output with --overwrite) and the Polos converter use the same
+    """The benchmark script (which deletes its --output-dir with --overwrite) and the Polos converter use the same
     check as `pacs-pp convert`: never the current directory, never a folder that is not theirs."""
 
     from modeling_pacs.cli import evaluate_benchmarks
@@ -344,7 +344,7 @@ def test_every_directory_writer_follows_the_same_output_rules(tmp_path, monkeypa
     base = ["--benchmark", "flickr8k_cf", "--data-dir", str(data), "--scores", f"x={tmp_path / 's.jsonl'}"]
     for output, message in ((".", "is the current directory or one of its parents"), ("mine", "is not an earlier")):
         with pytest.raises(SystemExit, match=message):
-            evaluate_benchmarks.main([*base, "--output", output, "--overwrite"])
+            evaluate_benchmarks.main([*base, "--output-dir", output, "--overwrite"])
     assert (mine / "thesis.tex").read_text() == "years of work"
     with pytest.raises(ValueError, match="is the current directory or one of its parents"):
         convert_polos_checkpoint(tmp_path / "reprod.ckpt", ".", overwrite=True)
