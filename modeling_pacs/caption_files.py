@@ -169,7 +169,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
         for row, item in enumerate(items):
             cell = item.pop("references", None)
             if cell is None or not cell.strip():
-                continue  # no references for this row (all rows or none must have them)
+                continue  # no references for this row: its reference-based cells are empty (results.score_items)
             try:
                 item["references"] = json.loads(cell)
             except json.JSONDecodeError as error:
@@ -210,8 +210,21 @@ def attach_references(items: list[dict], references_path: Path, image_root: Path
 OUTPUT_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
-def format_results(items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str) -> str:
-    """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row)."""
+def format_results(
+    items: list[dict],
+    names: list[str],
+    means: dict,
+    model_name: str,
+    w: float,
+    suffix: str,
+    num_without_references: int | None = None,
+) -> str:
+    """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row).
+
+    An item without references (the references policy, `results.score_items`) has empty reference-based cells: `null`
+    in JSON and JSON lines, an empty cell in CSV; a mean over no item is empty too. The JSON summary counts those
+    items (`num_without_references`) when references were given.
+    """
     rows = [{"image": item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
     if suffix == ".csv":
         from io import StringIO
@@ -224,7 +237,10 @@ def format_results(items: list[dict], names: list[str], means: dict, model_name:
         return buffer.getvalue()
     if suffix == ".jsonl":
         return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)
-    summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means, "items": rows}
+    summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means}
+    if num_without_references is not None:
+        summary["num_without_references"] = num_without_references
+    summary["items"] = rows
     return strict_json(summary, indent=2, ensure_ascii=False) + "\n"
 
 

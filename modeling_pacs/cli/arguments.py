@@ -117,11 +117,14 @@ def report_truncation(items: list[dict], output, what: str = "captions", fix: st
     truncated = getattr(output, "truncated_tokens", None)
     if truncated is None:
         return 0
-    for item, count in zip(items, truncated.tolist(), strict=True):
+    truncated = truncated.tolist() if hasattr(truncated, "tolist") else list(truncated)
+    for item, count in zip(items, truncated, strict=True):
         item["truncated_tokens"] = count
     reference_counts = getattr(output, "truncated_reference_tokens", None)
-    count = int((truncated > 0).sum())
-    with_references = 0 if reference_counts is None else int((reference_counts > 0).sum())
+    if hasattr(reference_counts, "tolist"):
+        reference_counts = reference_counts.tolist()
+    count = sum(bool(value) for value in truncated)  # None: an item that was not scored (no references)
+    with_references = 0 if reference_counts is None else sum(bool(value) for value in reference_counts)
     if count or with_references:
         print(
             f"warning: {count} of {len(items)} {what} (and the references of {with_references} items) were longer "

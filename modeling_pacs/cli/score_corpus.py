@@ -57,7 +57,8 @@ from modeling_pacs.jobs import (
 from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
-from modeling_pacs.results import item_rows, result_columns, score_labels
+from modeling_pacs.registry import spec_of
+from modeling_pacs.results import item_rows, references_note, score_items, score_labels
 
 from .arguments import add_example
 from .errors import reports_errors
@@ -126,10 +127,11 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         if args.references_column:
             references.append(parse_references(row[args.references_column], first_row + offset))
     try:
-        output = model.score(
+        scored = score_items(
+            model,
             images,
             captions,
-            references=references or None,
+            references if args.references_column else None,
             **long_captions_options(
                 model,
                 args.long_captions,
@@ -146,7 +148,7 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             "Finished shards are kept: fix the input and rerun the same command to resume"
         ) from None
     results = []
-    for offset, (row, values) in enumerate(zip(rows, item_rows(result_columns(model, output)), strict=True)):
+    for offset, (row, values) in enumerate(zip(rows, item_rows(scored.columns), strict=True)):
         result = {"row": first_row + offset} | values
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
@@ -201,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--image-column", default="image")
     parser.add_argument("--caption-column", default="caption")
-    parser.add_argument("--references-column", help="column with a list of references: also compute RefPAC-S++")
+    parser.add_argument(
+        "--references-column",
+        help="column with a list of references: also compute RefPAC-S++ (a row with none gets null reference scores)",
+    )
     parser.add_argument("--keep-columns", nargs="*", default=[], help="input columns copied into the output rows")
     parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
     parser.add_argument("--split", default="train", help="split of a datasets input")
@@ -264,9 +269,13 @@ def run(args: argparse.Namespace) -> dict | None:
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    summary = merge_shards(job, reader.num_rows, args.model, score_labels(model))
+    summary = merge_shards(job, reader.num_rows, args.model, score_labels(model), bool(args.references_column))
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    if summary.get("num_without_references"):
+        empty = [field.label_for(model.config) for field in spec_of(model).outputs if field.needs_references]
+        note = references_note(summary["num_without_references"], summary["num_items"], empty, "row", "null")
+        print(f"{note} in scores.jsonl (means over the rows that have them)")
     if summary.get("num_truncated"):
         print(
             f"warning: {summary['num_truncated']} of {summary['num_items']} captions were longer than the text "

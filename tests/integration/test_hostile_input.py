@@ -191,7 +191,7 @@ def test_malformed_inputs_name_the_file_and_the_place(tmp_path, tiny_model_dir, 
     assert message in run_cli([str(path), "--model", str(tiny_model_dir)])
 
 
-def test_bom_csv_keeps_its_first_column_and_empty_references_are_refused(image_folder, tiny_model_dir, tmp_path):
+def test_bom_csv_keeps_its_first_column_and_empty_references_leave_empty_cells(image_folder, tiny_model_dir, tmp_path):
     path = tmp_path / "excel.csv"
     with path.open("w", encoding="utf-8-sig", newline="") as handle:  # Excel's UTF-8 with a byte-order mark
         writer = csv.writer(handle)
@@ -201,8 +201,9 @@ def test_bom_csv_keeps_its_first_column_and_empty_references_are_refused(image_f
     assert json.loads((tmp_path / "out.json").read_text())["num_items"] == 1
     refs = tmp_path / "refs.json"
     refs.write_text(json.dumps({str(image_folder[0]): []}))
-    message = run_cli([str(path), "--model", str(tiny_model_dir), "--references", str(refs)])
-    assert "references were given but every item's reference list is empty" in message
+    score_main([str(path), "--model", str(tiny_model_dir), "--references", str(refs), "-o", str(tmp_path / "r.json")])
+    result = json.loads((tmp_path / "r.json").read_text())  # the references policy: an empty cell, counted
+    assert result["num_without_references"] == 1 and result["items"][0]["RefPAC-S++"] is None
 
 
 # ---------------------------------------------------------------------------------------------- 8: non-finite
@@ -299,7 +300,6 @@ def load_score_corpus():
 @pytest.mark.parametrize(
     ("cell", "extra", "message"),
     [
-        ("", [], "row 1 has an empty references cell"),
         ("[1, 2]", [], "row 1: references must be a list of strings, got [1, 2]"),
         ('["fine"]', ["--keep-columns", "idd"], "--keep-columns names ['idd'], which row 0 does not have"),
     ],
