@@ -130,9 +130,9 @@ def run_score(args: argparse.Namespace) -> dict:
     if videos and references is not None and not all(references):
         missing = references.index([])
         raise InputError(
-            f"item {missing} ('{items[missing]['image']}') has no references while others do: the video metric's IDF "
-            "weights come from all the references of one run, so score the videos with and without references in "
-            "separate runs"
+            f"item {missing} ('{items[missing]['image']}') has no references: a video run scores every item with "
+            "references or none (the video metric's IDF weights come from all the references of one run), so score "
+            "the videos with and without references in separate runs"
         )
     with quiet_loading(args.verbose):
         model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)

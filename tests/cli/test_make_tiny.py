@@ -3,6 +3,7 @@ warns that its weights are random on every path that loads it."""
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,21 @@ def test_the_tiny_aliases_warn_once(alias, caplog):
     caplog.set_level(logging.WARNING)
     load_model(alias)
     assert len(random_weights_warnings(caplog)) == 1
+
+
+def test_a_tiny_alias_cache_written_before_the_marker_gets_it(tiny_directory, tmp_path, monkeypatch):
+    from modeling_pacs.testing.directories import tiny_model_directory
+
+    monkeypatch.setenv("PACS_PP_CACHE", str(tmp_path))
+    cached = tmp_path / f"tiny-pac_s_pp-seed{TINY_SEED}"
+    shutil.copytree(tiny_directory, cached)
+    # as the cache was written before the marker existed
+    config = json.loads((cached / "config.json").read_text())
+    del config[RANDOM_WEIGHTS_FIELD]
+    (cached / "config.json").write_text(json.dumps(config))
+    processor = json.loads((cached / "processor_config.json").read_text())
+    del processor["auto_map"]
+    (cached / "processor_config.json").write_text(json.dumps(processor))
+    assert tiny_model_directory() == cached
+    assert json.loads((cached / "config.json").read_text())[RANDOM_WEIGHTS_FIELD] is True
+    assert "AutoProcessor" in json.loads((cached / "processor_config.json").read_text())["auto_map"]
