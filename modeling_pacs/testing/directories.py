@@ -60,7 +60,7 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
     else:
         directory.parent.mkdir(parents=True, exist_ok=True)
         temporary = Path(tempfile.mkdtemp(prefix=directory.name, dir=directory.parent))
-        save_tiny_model(temporary, variant=variant, backbone=backbone, seed=TINY_SEED)
+        resolve(TINY_SPECS[variant].tiny.builder)(temporary, variant=variant, backbone=backbone, seed=TINY_SEED)
         if not (temporary / "config.json").is_file():  # never publish a half-saved model into the cache
             shutil.rmtree(temporary)
             raise RuntimeError(
@@ -68,6 +68,7 @@ def tiny_model_directory(variant: str = "pac_s_pp", backbone: str = "clip") -> P
                 "transformers writes weights only on rank 0 once torch.distributed is initialised; load the tiny "
                 "models before creating TrainingArguments / the process group, or on rank 0 first"
             )
+        mark_random_weights(temporary)
         try:
             temporary.rename(directory)  # atomic: concurrent builders never see a half-written directory
         except OSError:
