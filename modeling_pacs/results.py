@@ -122,16 +122,14 @@ def score_items(
     images: Sequence,
     candidates: Sequence[str],
     references: Sequence[Sequence[str]] | None = None,
-    score: Any = None,
     **options: Any,
 ) -> ScoredItems:
-    """Score items of which some may have no references (an empty list), by the references policy above.
-
-    `references=None` is a reference-free call. `score` is the scoring method (default `model.score`); `options` are
-    passed to every call. Items with and without references are scored in two calls (each batched as usual).
+    """Score items of which some may have no references (an empty list) with `model.score`, by the references policy
+    above. `references=None` is a reference-free call; `options` go to every call. Items with and without references
+    are scored in two calls (each batched as usual).
     """
     spec = spec_of(model)
-    score = score or model.score
+    score = model.score
     if references is None or all(references):
         output = score(images, candidates, references=references, **options)
         return ScoredItems(result_columns(model, output, spec), (), output)
@@ -142,7 +140,7 @@ def score_items(
             f"{spec.display_name} scores a caption against references, and none of the {len(references)} items has "
             "any: give at least one reference per item"
         )
-    parts = []  # (item indices, columns, truncation) of each call
+    parts = []  # (item indices, columns, output) of each call
     if with_references:
         output = score(
             [images[i] for i in with_references],
