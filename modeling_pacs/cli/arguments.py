@@ -2,8 +2,8 @@
 
 import argparse
 import re
-import textwrap
 import sys
+import textwrap
 from pathlib import Path
 
 from ..errors import InputError
