@@ -8,10 +8,82 @@ lines or CSV (items and a MEAN row), written by the callers atomically.
 import csv
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import InputError
 from .models.media import is_url
 from .output_paths import strict_json
+
+
+# ---------------------------------------------------------------------------------------------------- text files
+def check_input_file(path: Path, what: str = "input file") -> None:
+    """Refuse a path that is not a readable file: a missing one, or a directory (with its own message)."""
+    if path.is_dir():
+        raise InputError(
+            f"{what} '{path}' is a directory, not a file: pass the captions file itself (.json, .jsonl or .csv), "
+            "which lists the images (or videos) and their captions"
+        )
+    if not path.is_file():
+        raise InputError(f"{what} '{path}' does not exist")
+
+
+def not_utf8_error(path: Path) -> InputError:
+    """The error for a text file that is not UTF-8: it names the file, the first line (and, for a CSV file, the row)
+    that cannot be decoded, and how to re-save the file as UTF-8."""
+    path = Path(path)
+    lines: list[bytes] = []  # the lines up to the first that does not decode
+    with path.open("rb") as handle:
+        for raw in handle:
+            lines.append(raw)
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad_byte, column = raw[error.start], error.start + 1
+                break
+        else:
+            return InputError(f"{path}: not UTF-8 text: re-save it as UTF-8")  # cut inside a character at the end
+    where = f"line {len(lines)}"
+    if path.suffix.lower() == ".csv":
+        where = f"row {csv_row_of_line(lines, len(lines))} ({where})"
+    encoding = "cp1252" if 0x80 <= bad_byte <= 0x9F else "latin1"  # 0x80-0x9f are Windows-1252's letters and quotes
+    fixed = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    return InputError(
+        f"{path}: {where} is not UTF-8 text (byte 0x{bad_byte:02x} at byte {column} of the line; the file was "
+        f"probably saved as {'Windows-1252' if encoding == 'cp1252' else 'Latin-1'}): re-save it as UTF-8, e.g. "
+        f"`iconv -f {encoding} -t utf-8 '{path}' > '{fixed}'`"
+        + (", or 'CSV UTF-8' in a spreadsheet's Save As" if path.suffix.lower() == ".csv" else "")
+    )
+
+
+def csv_row_of_line(raw_lines: list[bytes], line_number: int) -> int:
+    """The data row (0-based, after the header) of a CSV file that line `line_number` (1-based) belongs to; a quoted
+    cell may span lines."""
+    text = [raw.decode("utf-8-sig" if index == 0 else "utf-8", errors="replace") for index, raw in enumerate(raw_lines)]
+    reader = csv.reader(text)
+    for record, _ in enumerate(reader):
+        if reader.line_num >= line_number:
+            return record - 1
+    return max(0, reader.line_num - 1)
+
+
+def check_utf8(path: Path) -> None:
+    """Refuse a text file that is not UTF-8 (one streaming pass over its bytes), before any work depends on it."""
+    with Path(path).open("rb") as handle:
+        for raw in handle:
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise not_utf8_error(path) from None
+
+
+@contextmanager
+def utf8_errors(path: Path):
+    """Turn a `UnicodeDecodeError` of reading `path` as text into `not_utf8_error` (file, line, row and fix)."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
 
 
 # ---------------------------------------------------------------------------------------------------- reading
@@ -43,8 +115,8 @@ def load_json_file(path: Path):
         return json.loads(path.read_text(encoding="utf-8-sig"), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON at line {error.lineno}, column {error.colno}: {error.msg}") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error})") from None
+    except UnicodeDecodeError:
+        raise not_utf8_error(path) from None
 
 
 def captions_of(image: str, value, input_path: Path) -> list[str]:
@@ -61,7 +133,7 @@ def captions_of(image: str, value, input_path: Path) -> list[str]:
 def read_json_lines(path: Path):
     """`(line number, object)` of each non-blank line of a JSON lines file; a line that is not JSON is an error
     naming the file and the line (a byte-order mark is tolerated)."""
-    with Path(path).open(encoding="utf-8-sig") as handle:
+    with utf8_errors(path), Path(path).open(encoding="utf-8-sig") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
@@ -73,6 +145,7 @@ def read_json_lines(path: Path):
 
 def read_items(input_path: Path, image_root: Path) -> list[dict]:
     """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
+    check_input_file(input_path)
     suffix = input_path.suffix.lower()
     if suffix == ".json":
         mapping = load_json_file(input_path)
@@ -91,12 +164,12 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
             items.append(item)
     elif suffix == ".csv":
         # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
-        with input_path.open(newline="", encoding="utf-8-sig") as handle:
+        with utf8_errors(input_path), input_path.open(newline="", encoding="utf-8-sig") as handle:
             items = list(csv.DictReader(handle))
         for row, item in enumerate(items):
             cell = item.pop("references", None)
             if cell is None or not cell.strip():
-                continue  # no references for this row (all rows or none must have them)
+                continue  # no references for this row: its reference-based cells are empty (results.score_items)
             try:
                 item["references"] = json.loads(cell)
             except json.JSONDecodeError as error:
@@ -121,6 +194,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
 
 
 def attach_references(items: list[dict], references_path: Path, image_root: Path):
+    check_input_file(references_path, "references file")
     mapping = load_json_file(references_path)
     if not isinstance(mapping, dict):
         raise ValueError(f"{references_path}: references must be a JSON object {{image_path: [reference, ...]}}")
@@ -137,10 +211,22 @@ OUTPUT_SUFFIXES = (".json", ".jsonl", ".csv")
 
 
 def format_results(
-    items: list[dict], names: list[str], means: dict, model_name: str, w: float, suffix: str, media: str = "image"
+    items: list[dict],
+    names: list[str],
+    means: dict,
+    model_name: str,
+    w: float,
+    suffix: str,
+    num_without_references: int | None = None,
+    media: str = "image",
 ) -> str:
     """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row). `media`
-    names the items' first column: `"image"`, or `"video"` for videos."""
+    names the items' first column: `"image"`, or `"video"` for videos.
+
+    An item without references (the references policy, `results.score_items`) has empty reference-based cells: `null`
+    in JSON and JSON lines, an empty cell in CSV; a mean over no item is empty too. The JSON summary counts those
+    items (`num_without_references`) when references were given.
+    """
     rows = [{media: item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
     if suffix == ".csv":
         from io import StringIO
@@ -153,7 +239,10 @@ def format_results(
         return buffer.getvalue()
     if suffix == ".jsonl":
         return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)
-    summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means, "items": rows}
+    summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means}
+    if num_without_references is not None:
+        summary["num_without_references"] = num_without_references
+    summary["items"] = rows
     return strict_json(summary, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -161,9 +250,14 @@ __all__ = [
     "OUTPUT_SUFFIXES",
     "attach_references",
     "captions_of",
+    "check_input_file",
+    "check_utf8",
+    "csv_row_of_line",
     "format_results",
     "load_json_file",
+    "not_utf8_error",
     "read_items",
     "read_json_lines",
     "resolve_image",
+    "utf8_errors",
 ]

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .caption_files import utf8_errors
 from .errors import InputError
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
@@ -34,7 +35,7 @@ def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
 
     start = 0
     lines: list[str] = []
-    with path.open(encoding="utf-8-sig") as handle:
+    with utf8_errors(path), path.open(encoding="utf-8-sig") as handle:
         for line in handle:
             if not line.strip():
                 continue  # blank lines are not rows
@@ -48,7 +49,7 @@ def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
 
 def jsonl_row_count(path: Path) -> int:
     """Rows of a JSON lines file as `jsonl_blocks` reads them (blank lines are not rows)."""
-    with path.open(encoding="utf-8-sig") as handle:
+    with utf8_errors(path), path.open(encoding="utf-8-sig") as handle:
         return sum(1 for line in handle if line.strip())
 
 
@@ -67,7 +68,7 @@ def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
 
 def csv_rows(path: Path) -> Iterator[dict]:
     # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with utf8_errors(path), path.open(newline="", encoding="utf-8-sig") as handle:
         yield from csv.DictReader(handle)
 
 
@@ -116,11 +117,10 @@ def undecoded_images(dataset, image_column: str):
 
 
 def parse_references(value, row: int) -> list[str]:
-    if isinstance(value, str) and not value.strip():
-        raise CorpusError(
-            f"row {row} has an empty references cell: every row needs at least one reference with "
-            "--references-column (drop the row, or score without references)"
-        )
+    """A row's references: a list of strings, or a string (a JSON list, or one reference). An empty cell or an empty
+    list is a row without references: its reference-based scores are null (`results.score_items`)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return []
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.lstrip().startswith("[") else [value]
@@ -128,23 +128,25 @@ def parse_references(value, row: int) -> list[str]:
             raise CorpusError(f"row {row}: references are not a valid JSON list: {error}") from None
     if not isinstance(value, (list, tuple)) or not all(isinstance(reference, str) for reference in value):
         raise CorpusError(f"row {row}: references must be a list of strings, got {json.dumps(value)[:80]}")
-    if not value:
-        raise CorpusError(f"row {row} has no references: every row needs at least one with --references-column")
     return list(value)
 
 
-def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: tuple) -> dict:
-    """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums)."""
+def merge_shards(
+    job: ShardedJob, num_rows: int, model_name: str, score_names: tuple, with_references: bool = False
+) -> dict:
+    """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums). A null
+    score (a row without references) is left out of its mean; `with_references` adds the count of such rows."""
     sums = dict.fromkeys(score_names, 0.0)
     counts = dict.fromkeys(score_names, 0)
-    truncated = 0
+    truncated = without_references = 0
 
     def merged_lines() -> Iterator[str]:
-        nonlocal truncated
+        nonlocal truncated, without_references
         for result in job.merged_rows(num_rows, job.read_jsonl_shard):
-            truncated += result.get("truncated_tokens", 0) > 0
+            truncated += (result.get("truncated_tokens") or 0) > 0
+            without_references += any(name in result and result[name] is None for name in score_names)
             for name in score_names:
-                if name in result:
+                if result.get(name) is not None:
                     sums[name] += result[name]
                     counts[name] += 1
             yield json.dumps(result, ensure_ascii=False) + "\n"
@@ -158,6 +160,8 @@ def merge_shards(job: ShardedJob, num_rows: int, model_name: str, score_names: t
         "mean": means,
         "num_truncated": truncated,  # rows whose caption the text encoder truncated
     }
+    if with_references:
+        summary["num_without_references"] = without_references  # their reference-based scores are null
     write_text_atomically(job.output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
     return summary

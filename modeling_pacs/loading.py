@@ -61,10 +61,7 @@ def _load_model(model: str, device: str | None, dtype: str | None):
     if tiny is not None:
         from .testing.directories import tiny_model_directory
 
-        logger.warning(
-            f"model '{model.partition(':')[0]}' has RANDOM weights: its scores are meaningless (smoke tests only)"
-        )
-        backbone, variant = tiny
+        backbone, variant = tiny  # the directory is marked as random weights: loading it warns
         model = str(tiny_model_directory(variant, backbone))
     name_or_path = PRETRAINED_MODELS.get(model, model)
     try:

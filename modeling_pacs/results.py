@@ -4,6 +4,12 @@
 A door then only names the columns its format wants: the headings people read (`label`: `PAC-S++`, `RefPAC-S++`,
 `Polos`, `Pearl-img`), or the stable keys (`key`: `score`, `ref_score`, `truncated_tokens`).
 
+`score_items` is the doors' one references policy (docs/concepts/bad-input.md), for every metric: when references are
+given, an item with references gets the reference-based scores and an item without (an empty list) gets an empty
+cell (`None`) in them, with a count (`ScoredItems.note`: "3 of 10 items have no references: their RefPAC-S++ cells
+are empty"). Reference-free scores are there for every item; a metric without a reference-free score (Polos) leaves
+every cell of such an item empty, and refuses only a call in which no item has references.
+
 Example:
 
 ```python
@@ -15,9 +21,13 @@ Example:
 ```
 """
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
+from .errors import InputError
 from .metric_spec import MetricSpec, OutputField
 from .registry import spec_of
 
@@ -73,4 +83,107 @@ def item_rows(columns: list[ResultColumn], by: str = "label") -> list[dict]:
     return [dict(zip(names, values)) for values in zip(*(column.values for column in columns), strict=True)]
 
 
-__all__ = ["ResultColumn", "item_rows", "result_columns", "score_columns", "score_labels"]
+# ---------------------------------------------------------------------------------------------------- references policy
+@dataclass(frozen=True)
+class ScoredItems:
+    """The columns of `score_items`, in input order, with `None` where an item has no value; `without_references`
+    lists the items given an empty reference list; `truncation` holds `truncated_tokens` (and, where the model counts
+    them, `truncated_reference_tokens`) per item, for the doors' truncation reports."""
+
+    columns: list[ResultColumn]
+    without_references: tuple[int, ...]
+    truncation: Any
+
+    @property
+    def num_items(self) -> int:
+        return len(self.columns[0].values) if self.columns else 0
+
+    def note(self) -> str | None:
+        """`"3 of 10 items have no references: their RefPAC-S++ cells are empty"`; None when no item lacks them."""
+        if not self.without_references:
+            return None
+        first = self.without_references[0]
+        empty = [column.label for column in score_columns(self.columns) if column.values[first] is None]
+        return references_note(len(self.without_references), self.num_items, empty)
+
+
+def references_note(count: int, total: int, labels: list[str], noun: str = "item", empty: str = "empty") -> str:
+    """`"3 of 10 items have no references: their RefPAC-S++ cells are empty"` (`"1 of 10 items has ...: its ... cell
+    is ..."`)."""
+    one = count == 1
+    return (
+        f"{count} of {total} {noun}s {'has' if one else 'have'} no references: {'its' if one else 'their'} "
+        f"{' and '.join(labels)} {'cell is' if one and len(labels) == 1 else 'cells are'} {empty}"
+    )
+
+
+def score_items(
+    model: Any,
+    images: Sequence,
+    candidates: Sequence[str],
+    references: Sequence[Sequence[str]] | None = None,
+    **options: Any,
+) -> ScoredItems:
+    """Score items of which some may have no references (an empty list) with `model.score`, by the references policy
+    above. `references=None` is a reference-free call; `options` go to every call. Items with and without references
+    are scored in two calls (each batched as usual).
+    """
+    spec = spec_of(model)
+    score = model.score
+    if references is None or all(references):
+        output = score(images, candidates, references=references, **options)
+        return ScoredItems(result_columns(model, output, spec), (), output)
+    without = tuple(index for index, item in enumerate(references) if not item)
+    with_references = [index for index, item in enumerate(references) if item]
+    if not with_references and spec.capabilities.needs_references:
+        raise InputError(
+            f"{spec.display_name} scores a caption against references, and none of the {len(references)} items has "
+            "any: give at least one reference per item"
+        )
+    parts = []  # (item indices, columns, output) of each call
+    if with_references:
+        output = score(
+            [images[i] for i in with_references],
+            [candidates[i] for i in with_references],
+            references=[references[i] for i in with_references],
+            **options,
+        )
+        parts.append((with_references, result_columns(model, output, spec), output))
+    if spec.capabilities.reference_free:
+        output = score([images[i] for i in without], [candidates[i] for i in without], references=None, **options)
+        parts.append((list(without), result_columns(model, output, spec), output))
+    columns = []
+    for field in spec.outputs:
+        produced = any(column.field is field for _, part_columns, _ in parts for column in part_columns)
+        if not produced and not field.needs_references:  # a reference-based score stays, with empty cells
+            continue
+        values = [None] * len(candidates)
+        for indices, part_columns, _ in parts:
+            for column in part_columns:
+                if column.field is field:
+                    for index, value in zip(indices, column.values, strict=True):
+                        values[index] = value
+        present = [value for value in values if value is not None]
+        mean = math.fsum(present) / len(present) if field.kind == "score" and present else None
+        columns.append(ResultColumn(field, field.label_for(model.config), values, mean))
+    truncation = {}
+    for name in ("truncated_tokens", "truncated_reference_tokens"):
+        counts = [None] * len(candidates)  # None: an item no call scored
+        for indices, _, output in parts:
+            values = getattr(output, name, None)
+            for index, value in zip(indices, [] if values is None else values.tolist(), strict=False):
+                counts[index] = value
+        truncation[name] = counts
+    return ScoredItems(columns, without, SimpleNamespace(**truncation))
+
+
+__all__ = [
+    "ResultColumn",
+    "ScoredItems",
+    "item_rows",
+    "references_note",
+    "result_columns",
+    "score_columns",
+    "score_items",
+    "score_labels",
+]

@@ -3,6 +3,7 @@
 import argparse
 import logging
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -31,6 +32,51 @@ def positive_float(text: str) -> float:
     return value
 
 
+# ---------------------------------------------------------------------------------------------------- one dialect
+# The command lines speak one dialect: kebab-case (`--output-dir`, `--model`, `--resume`), except the Trainer-based
+# training commands, which keep transformers' `TrainingArguments` spelling (`--output_dir`, `--model_name_or_path`,
+# `--resume_from_checkpoint`, `--num_train_epochs`). A renamed option keeps its former spellings for now: they parse,
+# are hidden from --help, and print once what replaced them (tests/cli/test_dialect.py checks every command).
+def add_renamed_argument(parser, name: str, *former: str, **kwargs) -> argparse.Action:
+    """`parser.add_argument(name, **kwargs)`, also accepting the `former` spellings of the option, which warn."""
+    action = kwargs.pop("action", None)
+    base = parser._registry_get("action", action, action)
+
+    class RenamedOption(base):
+        def __call__(self, parser, namespace, values, option_string=None):
+            if option_string in former:
+                warn_former_spelling(self, option_string, name)
+            super().__call__(parser, namespace, values, option_string)
+
+    renamed = parser.add_argument(name, *former, action=RenamedOption, **kwargs)
+    renamed.option_strings = [name]  # --help, usage and error messages name the current spelling only
+    renamed.former_spellings = {spelling: None for spelling in former}  # spelling -> argument it implies (none)
+    return renamed
+
+
+def add_former_flag(parser, flag: str, target: argparse.Action, value: str) -> None:
+    """Accept the former flag `flag` (no argument) as `target`'s option with `value`: `--resume` -> `--resume_from_
+    checkpoint last`. Hidden from --help; it warns what replaced it."""
+
+    class FormerFlag(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            warn_former_spelling(self, option_string, f"{target.option_strings[0]} {value}")
+            setattr(namespace, target.dest, value)
+
+    parser.add_argument(flag, dest=target.dest, nargs=0, action=FormerFlag, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)  # fmt: skip
+    target.former_spellings = getattr(target, "former_spellings", {}) | {flag: value}
+
+
+def warn_former_spelling(action: argparse.Action, spelling: str, replacement: str) -> None:
+    """Say once per parser, on stderr, that `spelling` is deprecated and what replaced it."""
+    warned = action.__dict__.setdefault("warned", set())
+    if spelling not in warned:
+        warned.add(spelling)
+        print(f"warning: {spelling} is deprecated and will be removed: use {replacement}", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------- shared options
 DTYPE_CHOICES = ("fp32", "fp16", "bf16")
 DEVICE_HELP = "'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ..."
 DTYPE_HELP = "fp32 gives the reference numbers; fp16/bf16 speed up the GPU encoders (deviation <= ~1e-2)"
@@ -112,11 +158,14 @@ def report_truncation(items: list[dict], output, what: str = "captions", fix: st
     truncated = getattr(output, "truncated_tokens", None)
     if truncated is None:
         return 0
-    for item, count in zip(items, truncated.tolist(), strict=True):
+    truncated = truncated.tolist() if hasattr(truncated, "tolist") else list(truncated)
+    for item, count in zip(items, truncated, strict=True):
         item["truncated_tokens"] = count
     reference_counts = getattr(output, "truncated_reference_tokens", None)
-    count = int((truncated > 0).sum())
-    with_references = 0 if reference_counts is None else int((reference_counts > 0).sum())
+    if hasattr(reference_counts, "tolist"):
+        reference_counts = reference_counts.tolist()
+    count = sum(bool(value) for value in truncated)  # None: an item that was not scored (no references)
+    with_references = 0 if reference_counts is None else sum(bool(value) for value in reference_counts)
     if count or with_references:
         logging.getLogger("pacs_pp").warning(
             f"{count} of {len(items)} {what} (and the references of {with_references} items) were longer "
@@ -126,8 +175,15 @@ def report_truncation(items: list[dict], output, what: str = "captions", fix: st
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, head_dim: bool = True):
-    """`--output`, `--overwrite` (and `--head-dim`), the same for every converter."""
-    parser.add_argument("--output", required=True, type=Path, help="directory to write (empty unless --overwrite)")
+    """`--output-dir`, `--overwrite` (and `--head-dim`), the same for every converter."""
+    add_renamed_argument(
+        parser,
+        "--output-dir",
+        "--output",
+        required=True,
+        type=Path,
+        help="directory to write (empty unless --overwrite)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing model directory")
     if head_dim:
         from ..pacs.spec import OPENAI_HEAD_DIM
@@ -165,13 +221,16 @@ __all__ = [
     "HelpFormatter",
     "add_device_arguments",
     "add_example",
+    "add_former_flag",
     "add_long_captions_argument",
     "add_output_arguments",
     "add_verbose_argument",
     "docs_url",
+    "add_renamed_argument",
     "docstring_parser",
     "long_captions_options",
     "report_truncation",
     "positive_float",
     "positive_int",
+    "warn_former_spelling",
 ]

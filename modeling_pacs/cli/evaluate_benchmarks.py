@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_device_arguments, add_example, add_verbose_argument
+from modeling_pacs.cli.arguments import add_device_arguments, add_example, add_renamed_argument, add_verbose_argument
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.errors import InputError
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
@@ -21,12 +21,12 @@ from modeling_pacs.logs import setup_command_logging
 EPILOG = """
 variants:
   python scripts/evaluate_benchmarks.py --benchmark flickr8k_expert --data-dir data/flickr8k \\
-      --model pac_s_pp_vit_b32 --model clip_s_vit_b32 --w 2.0 --output results/
+      --model pac_s_pp_vit_b32 --model clip_s_vit_b32 --w 2.0 --output-dir results/
   python scripts/evaluate_benchmarks.py --benchmark vatex_eval --data-dir data/vatex_eval --model clip_s_vit_b32 \\
       --video-features data/vatex_eval/VATEX-EVAL_video_feats
   python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --dump-items foil_items.jsonl
   python scripts/evaluate_benchmarks.py --benchmark foil --data-dir data/foil --scores Polos=polos_scores.jsonl
-  python scripts/evaluate_benchmarks.py --benchmark all --data-dir data/ --model pac_s_pp_vit_b32 --output out/
+  python scripts/evaluate_benchmarks.py --benchmark all --data-dir data/ --model pac_s_pp_vit_b32 --output-dir out/
   python scripts/evaluate_benchmarks.py --captions base=base.json --captions scst=scst.json \\
       --references refs.json --model pac_s_pp_vit_b32 --model clip_s_vit_b32
 
@@ -79,9 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="--captions: COCO caption metrics to compute when pycocoevalcap is installed",
     )
     parser.add_argument("--image-root", type=Path, help="--captions: folder relative image paths start from")
-    parser.add_argument("--output", type=Path, help="folder for results.json, results.md, plots and cached scores")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output folder")
-    parser.add_argument("--resume", action="store_true", help="reuse the cached per-item scores in --output")
+    add_renamed_argument(
+        parser,
+        "--output-dir",
+        "--output",
+        type=Path,
+        help="folder for results.json, results.md, plots and cached scores",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --output-dir folder")
+    parser.add_argument("--resume", action="store_true", help="reuse the cached per-item scores in --output-dir")
     parser.add_argument("--w", type=float, help="override the model's w (official PAC-S code: 2.0; paper: 2.5 B/32)")
     add_device_arguments(parser)
     parser.add_argument("--image-batch-size", type=int, default=64)
@@ -208,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
         references=args.references,
         coco_metrics=args.coco_metrics,
         image_root=args.image_root,
-        output=args.output,
+        output=args.output_dir,
         dump_items=args.dump_items,
         video_features=args.video_features,
         w=args.w,

@@ -9,9 +9,8 @@ import shutil
 from pathlib import Path
 
 from ..logs import quiet_library_loading, setup_command_logging
-from ..metric_spec import resolve
 from ..output_paths import check_output_directory
-from ..registry import TINY_BACKBONES, TINY_SPECS, TINY_VARIANTS, parse_tiny_alias, tiny_alias
+from ..registry import TINY_BACKBONES, TINY_SEED, TINY_VARIANTS, parse_tiny_alias, tiny_alias
 from . import convert
 from .arguments import add_example, add_verbose_argument
 from .convert import CONVERTERS
@@ -52,7 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=TINY_VARIANTS[0],
         help=f"the metric whose tiny model to build (default {TINY_VARIANTS[0]})",
     )
-    tiny.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    tiny.add_argument(
+        "--seed",
+        type=int,
+        default=TINY_SEED,
+        help=f"seed of the random weights (default {TINY_SEED}: non-zero scores on the examples)",
+    )
     tiny.add_argument("--overwrite", action="store_true", help="replace an existing tiny model directory")
     tiny.add_argument(
         "--backbone",
@@ -97,9 +101,10 @@ def run_command(prog: str, args: argparse.Namespace):
             parse_tiny_alias(tiny_alias(args.variant, args.backbone))  # a backbone the variant's family has
         if args.output.is_dir() and any(args.output.iterdir()):
             shutil.rmtree(args.output)  # a model directory, checked above, that --overwrite replaces
-        builder = resolve(TINY_SPECS[args.variant].tiny.builder)  # a builder of `modeling_pacs.testing`
+        from ..testing.directories import save_tiny_model
+
         with quiet_library_loading():  # transformers' saving bars and FutureWarnings
-            builder(args.output, variant=args.variant, backbone=args.backbone, seed=args.seed)
+            save_tiny_model(args.output, variant=args.variant, backbone=args.backbone, seed=args.seed)
         print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
     elif args.command in CONVERTERS:
         return convert.run(args.command, args)

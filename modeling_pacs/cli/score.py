@@ -5,13 +5,14 @@ import logging
 import os
 from pathlib import Path
 
-from ..caption_files import OUTPUT_SUFFIXES, attach_references, format_results, read_items
+from ..caption_files import OUTPUT_SUFFIXES, attach_references, check_input_file, format_results, read_items
 from ..errors import InputError
 from ..jobs import write_text_atomically
 from ..logs import setup_command_logging
 from ..model_sources import check_model_source, spec_for_model_name
 from ..output_paths import check_output_file
 from ..registry import DEFAULT_MODEL, PRETRAINED_MODELS, TINY_ALIASES
+from ..results import score_items
 from .arguments import (
     add_device_arguments,
     add_example,
@@ -90,41 +91,43 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
 def run_score(args: argparse.Namespace) -> dict:
     quiet_libraries(args.verbose)
     image_root = args.image_root or args.input.parent
-    if not args.input.is_file():
-        raise InputError(f"input file '{args.input}' does not exist")
+    check_input_file(args.input)
     if args.output:
         check_output_file(args.output, inputs=[args.input, args.references], suffixes=OUTPUT_SUFFIXES)
     items = read_items(args.input, image_root)
     if args.references:
         attach_references(items, args.references, image_root)
-    with_references = [item for item in items if item.get("references")]
-    if with_references and len(with_references) != len(items):
-        missing = next(index for index, item in enumerate(items) if not item.get("references"))
-        raise InputError(f"item {missing} ('{items[missing]['image']}') has no references while others do")
-    if not with_references and (args.references or any("references" in item for item in items)):
-        raise InputError(
-            "references were given but every item's reference list is empty: give at least one reference per item, "
-            "or leave references out for the reference-free score"
-        )
+    # The references policy (results.score_items): given for some items only, the others get empty cells, counted.
+    references = None
+    if args.references or any("references" in item for item in items):
+        references = [item.get("references") or [] for item in items]
 
     videos = is_video_run(args, items)
-    check_model_source(args.model)  # a mistyped or unreachable model is refused before anything loads
-    spec = spec_for_model_name(args.model)
-    if spec is not None and spec.capabilities.needs_references and not with_references:
+    if videos and references is not None and not all(references):
+        missing = references.index([])
         raise InputError(
-            f"{spec.display_name} ({args.model}) scores a caption against references, and {args.input} has none: "
-            "give --references FILE (JSON {image_path: [references]}) or a references field per item"
+            f"item {missing} ('{items[missing]['image']}') has no references: a video run scores every item with "
+            "references or none (the video metric's IDF weights come from all the references of one run), so score "
+            "the videos with and without references in separate runs"
+        )
+    check_model_source(args.model)  # a mistyped or unreachable model is refused before anything loads
+    spec = spec_for_model_name(args.model)  # the metric's capabilities, from the registry: nothing loads
+    if spec is not None and spec.capabilities.needs_references and not any(references or []):
+        raise InputError(
+            f"{spec.display_name} ({args.model}) scores a caption against references, and none of the {len(items)} "
+            f"items of {args.input} has any: give --references FILE (JSON {{image_path: [references]}}) or a "
+            "references field per item"
         )
     from ..loading import load_model  # torch and transformers load here, once the input is known to be good
-    from ..results import result_columns
 
     model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
     if videos:
-        return run_video_score(args, items, model, bool(with_references))
-    output = model.score(
+        return run_video_score(args, items, model, references is not None)
+    scored = score_items(
+        model,
         [item["image_path"] for item in items],
         [item["caption"] for item in items],
-        references=[item["references"] for item in items] if with_references else None,
+        references,
         **long_captions_options(
             model,
             args.long_captions,
@@ -134,20 +137,23 @@ def run_score(args: argparse.Namespace) -> dict:
         ),
     )
     names, means = [], {}
-    for column in result_columns(model, output):
+    for column in scored.columns:
         names.append(column.label)
         if column.is_score:
             means[column.label] = column.mean
         for item, value in zip(items, column.values, strict=True):
             item[column.label] = value
-    report_truncation(items, output, fix=getattr(model, "truncation_fix", None))
+    report_truncation(items, scored.truncation, fix=getattr(model, "truncation_fix", None))
     if args.output:
         suffix = args.output.suffix.lower()
-        text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix)
+        without = None if references is None else len(scored.without_references)
+        text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix, without)
         write_text_atomically(args.output, [text])
-    summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items())
+    summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if value is not None)
     weight = f" (w={model.config.w})" if getattr(model.config, "w", None) is not None else ""
     print(f"{len(items)} captions scored with {args.model}{weight}: mean {summary}")
+    if scored.note():
+        print(f"{scored.note()} (means over the items that have them)")
     if args.output:
         print(f"per-item scores written to {args.output}")
     return means

@@ -16,8 +16,8 @@ Progress (main process): on a terminal, a bar with rows done / total, rows/s and
 stderr is a log, a line at most every 5 s with the same figures; `--no-progress` turns it off.
 
 Variants:
-    accelerate launch --num_processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
-    accelerate launch --multi_gpu --num_processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
+    accelerate launch --num-processes 4 scripts/score_corpus.py captions.parquet --output-dir scores/ --dtype fp16
+    accelerate launch --multi-gpu --num-processes 2 scripts/score_corpus.py captions.csv --output-dir out/ --cpu
     torchrun --nproc_per_node 2 scripts/score_corpus.py captions.csv --output-dir scores/ --cpu
 (`accelerate launch --cpu` alone starts ONE process; several CPU processes need --multi_gpu or torchrun, plus --cpu.)
 """
@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from modeling_pacs.caption_files import resolve_image
+from modeling_pacs.caption_files import check_input_file, check_utf8, resolve_image
 from modeling_pacs.cli.arguments import add_long_captions_argument, add_verbose_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
     csv_rows,
@@ -57,7 +57,8 @@ from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
-from modeling_pacs.results import item_rows, result_columns, score_labels
+from modeling_pacs.registry import spec_of
+from modeling_pacs.results import item_rows, references_note, score_items, score_labels
 
 from .arguments import add_example
 from .errors import reports_errors
@@ -92,6 +93,16 @@ def open_corpus(args: argparse.Namespace, count: bool) -> tuple[Iterator[RowBloc
     return list_blocks(iter(undecoded_images(streamed, args.image_column))), None
 
 
+def check_corpus_file(source: Path) -> None:
+    """Refuse a corpus file that is missing, a directory, or (JSON lines, CSV) not UTF-8, before the job's manifest
+    pins it: the corrected file then starts the job afresh instead of being refused as another run's input."""
+    suffix = source.suffix.lower()
+    if suffix in (".jsonl", ".csv", ".parquet"):
+        check_input_file(source)
+    if suffix in (".jsonl", ".csv"):
+        check_utf8(source)
+
+
 # ---------------------------------------------------------------------------------------------------- scoring
 def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, image_root: Path) -> list[dict]:
     """Per-row results of one shard: `{"row", <score name>, [<ref score name>], kept columns}`."""
@@ -116,10 +127,11 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         if args.references_column:
             references.append(parse_references(row[args.references_column], first_row + offset))
     try:
-        output = model.score(
+        scored = score_items(
+            model,
             images,
             captions,
-            references=references or None,
+            references if args.references_column else None,
             **long_captions_options(
                 model,
                 args.long_captions,
@@ -136,7 +148,7 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             "Finished shards are kept: fix the input and rerun the same command to resume"
         ) from None
     results = []
-    for offset, (row, values) in enumerate(zip(rows, item_rows(result_columns(model, output)), strict=True)):
+    for offset, (row, values) in enumerate(zip(rows, item_rows(scored.columns), strict=True)):
         result = {"row": first_row + offset} | values
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
@@ -191,7 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--image-column", default="image")
     parser.add_argument("--caption-column", default="caption")
-    parser.add_argument("--references-column", help="column with a list of references: also compute RefPAC-S++")
+    parser.add_argument(
+        "--references-column",
+        help="column with a list of references: also compute RefPAC-S++ (a row with none gets null reference scores)",
+    )
     parser.add_argument("--keep-columns", nargs="*", default=[], help="input columns copied into the output rows")
     parser.add_argument("--image-root", type=Path, help="folder for relative image paths (default: input's folder)")
     parser.add_argument("--split", default="train", help="split of a datasets input")
@@ -225,8 +240,7 @@ def run(args: argparse.Namespace) -> dict | None:
         raise InputError("--shard-size must be at least 1")
     if args.batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if not args.input.exists() and args.input.suffix.lower() in (".jsonl", ".csv", ".parquet"):
-        raise InputError(f"input '{args.input}' does not exist")
+    check_corpus_file(args.input)
     state = launch_state(args.cpu)
     image_root = args.image_root or (args.input.parent if args.input.is_file() else args.input)
     try:  # a resumable folder of this command's own: existing content is fine, the place rules still hold
@@ -256,9 +270,13 @@ def run(args: argparse.Namespace) -> dict | None:
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    summary = merge_shards(job, reader.num_rows, args.model, score_labels(model))
+    summary = merge_shards(job, reader.num_rows, args.model, score_labels(model), bool(args.references_column))
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
     print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    if summary.get("num_without_references"):
+        empty = [field.label_for(model.config) for field in spec_of(model).outputs if field.needs_references]
+        note = references_note(summary["num_without_references"], summary["num_items"], empty, "row", "null")
+        print(f"{note} in scores.jsonl (means over the rows that have them)")
     if summary.get("num_truncated"):
         logger.warning(
             f"{summary['num_truncated']} of {summary['num_items']} captions were longer than the text "

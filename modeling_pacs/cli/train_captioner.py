@@ -11,7 +11,7 @@ The paper's runs:
         --feature_cache features/
 
     # stage 2 with RefPAC-S++ as reward (paper: Adam lr 1e-6, batch 32, one epoch)
-    python scripts/train_captioner.py --stage scst --init runs/xe/final --reward ref_pac_s_pp \\
+    python scripts/train_captioner.py --stage scst --model_name_or_path runs/xe/final --reward ref_pac_s_pp \\
         --reward_model pac_s_pp_vit_b32 --karpathy_json dataset_coco.json --image_root coco/ --output_dir runs/scst
 
     # several processes (--batch_size is per process): torchrun --nproc_per_node 8 scripts/train_captioner.py ...
@@ -44,7 +44,13 @@ from modeling_pacs.captioning.training import (
     validate_caption_rows,
     xe_scheduler,
 )
-from modeling_pacs.cli.arguments import add_example, add_verbose_argument, positive_float, positive_int
+from modeling_pacs.cli.arguments import (
+    add_example,
+    add_renamed_argument,
+    add_verbose_argument,
+    positive_float,
+    positive_int,
+)
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data import memory_mapped_rows
 from modeling_pacs.errors import InputError
@@ -80,7 +86,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="drop rows whose image does not decode (logged with a count) instead of refusing the data",
     )
     model = parser.add_argument_group("model")
-    model.add_argument("--init", help="captioner folder to start from (required for scst)")
+    add_renamed_argument(
+        model, "--model_name_or_path", "--init", help="captioner folder to start from (required for scst)"
+    )
     model.add_argument("--clip", default="openai/clip-vit-base-patch32", help="CLIP of a new captioner (xe)")
     model.add_argument("--tiny", action="store_true", help="a new tiny random captioner (smoke runs, tests)")
     reward = parser.add_argument_group("reward (scst) and evaluation")
@@ -114,8 +122,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     setup_command_logging(args.verbose)
-    if args.stage == "scst" and not (args.init or args.tiny):
-        parser.error("--stage scst starts from an XE-trained captioner: pass --init DIR (or --tiny for smoke runs)")
+    if args.stage == "scst" and not (args.model_name_or_path or args.tiny):
+        parser.error(
+            "--stage scst starts from an XE-trained captioner: pass --model_name_or_path DIR (or --tiny for smoke runs)"
+        )
     if args.num_beams < 2 and args.stage == "scst":
         parser.error("--num_beams must be at least 2 for scst (the baseline is the mean over an image's beams)")
     return args
@@ -127,8 +137,8 @@ def build_captioner(args) -> PACSCaptionerForConditionalGeneration:
 
 
 def new_captioner(args) -> PACSCaptionerForConditionalGeneration:
-    if args.init:
-        return PACSCaptionerForConditionalGeneration.from_pretrained(args.init, dtype=torch.float32)
+    if args.model_name_or_path:
+        return PACSCaptionerForConditionalGeneration.from_pretrained(args.model_name_or_path, dtype=torch.float32)
     if args.tiny:
         torch.manual_seed(args.seed)
         config = PACSCaptionerConfig(
@@ -153,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     output_dir = Path(args.output_dir)
     # The project's place rules; resuming into the folder is this script's own policy below.
     with reports_errors("train_captioner", ValueError):
-        inputs = [args.dataset, args.karpathy_json, args.image_root, args.feature_cache, args.init]
+        inputs = [args.dataset, args.karpathy_json, args.image_root, args.feature_cache, args.model_name_or_path]
         check_output_directory(output_dir, inputs=inputs, allow_existing=True, what="output_dir")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not (args.overwrite or args.resume_from_checkpoint):
         raise InputError(

@@ -18,7 +18,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_example, add_verbose_argument, positive_float, positive_int
+from modeling_pacs.cli.arguments import (
+    add_example,
+    add_renamed_argument,
+    add_verbose_argument,
+    positive_float,
+    positive_int,
+)
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data.validation import check_data_path
 from modeling_pacs.errors import InputError
@@ -41,7 +47,10 @@ from modeling_pacs.supervised.data import RowError, in_split, validate_rows
 @reports_errors("train_polos")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="Polos directory, Hub id or 'tiny:polos' to start from")
+    add_renamed_argument(
+        parser, "--model_name_or_path", "--model", required=True,
+        help="Polos directory, Hub id or 'tiny:polos' to start from",
+    )  # fmt: skip
     parser.add_argument("--train", required=True, type=Path, help="Polaris train split (.csv or .parquet)")
     parser.add_argument("--validation", required=True, type=Path, help="Polaris validation split (.csv or .parquet)")
     parser.add_argument("--image_root", type=Path, help="CSV layout: image folder (default: images/ beside the CSV)")
@@ -61,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_example(
         parser,
-        "python scripts/train_polos.py --model polos-init --train polaris_train.csv --validation polaris_val.csv",
+        "python scripts/train_polos.py --model_name_or_path polos-init --train polaris_train.csv "
+        "--validation polaris_val.csv --output_dir runs/polos",
     )
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
@@ -79,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise in_split(error, split, path) from None
             splits[split] = validate_rows(rows, path.name, split, layout, True, args.skip_bad_images)
     train, validation = splits["train"], splits["validation"]
-    model = load_model(args.model)
+    model = load_model(args.model_name_or_path)
     if not isinstance(model, PolosModel):
-        raise InputError(f"--model '{args.model}' is not a Polos model (model_type polos)")
+        raise InputError(f"--model_name_or_path '{args.model_name_or_path}' is not a Polos model (model_type polos)")
     training_arguments, callback = polos_training_arguments(
         args.output_dir,
         early_stopping=args.early_stopping,

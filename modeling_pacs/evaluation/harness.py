@@ -94,7 +94,7 @@ def read_scores(path: Path) -> dict[str, dict[str, float]]:
 
 
 def is_benchmark_output(folder: Path) -> bool:
-    """A folder an earlier `--output` run wrote: it holds results.json or the score cache."""
+    """A folder an earlier `--output-dir` run wrote: it holds results.json or the score cache."""
     return (folder / "results.json").is_file() or (folder / "cache").is_dir()
 
 
@@ -103,7 +103,7 @@ def prepare_output(config: HarnessConfig):
     if output is None:
         return
     if output.exists() and not output.is_dir():
-        raise ValueError(f"--output {output} is a file: pass a folder")
+        raise ValueError(f"--output-dir {output} is a file: pass a folder")
     # "[NAME=]FILE" / "SYSTEM=FILE": the file is what follows the last "="
     inputs = [
         config.data_dir,
@@ -111,11 +111,11 @@ def prepare_output(config: HarnessConfig):
         *(spec.rpartition("=")[2] for spec in config.scores + config.captions),
     ]
     # The project's place rules (never the current directory, a parent of it, or a folder holding an input).
-    check_output_directory(output, inputs=inputs, allow_existing=True, what="--output")
+    check_output_directory(output, inputs=inputs, allow_existing=True, what="--output-dir")
     if output.is_dir() and any(output.iterdir()) and not config.resume:
         if not config.overwrite:
             raise ValueError(
-                f"--output {output} is not empty: pass --resume to reuse its cached scores, or --overwrite to "
+                f"--output-dir {output} is not empty: pass --resume to reuse its cached scores, or --overwrite to "
                 "replace it"
             )
         # --overwrite replaces only a folder an earlier run of this command wrote.
@@ -123,7 +123,7 @@ def prepare_output(config: HarnessConfig):
             output,
             inputs=inputs,
             overwrite=True,
-            what="--output",
+            what="--output-dir",
             replaceable=is_benchmark_output,
             replaceable_kind="an earlier benchmark output (results.json or cache/)",
         )

@@ -42,8 +42,8 @@ from ..models.inputs import (
 )
 from ..models.modeling_pacs import PACSModel
 from ..pacs.model_card import CITATION
-from ..registry import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES
-from ..results import result_columns
+from ..registry import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES, spec_of
+from ..results import ScoredItems, score_items
 from .video import check_video_batch, compute_video_results
 
 _CITATION = (
@@ -72,8 +72,10 @@ Args:
         (HxWxC) or torch tensors (CxHxW) of uint8, uint16 or floats in [0, 1], raw bytes, or
         `datasets.Image(decode=False)` dicts; the full rules are in docs/concepts/image-inputs.md. Repeated images
         are encoded once.
-    references (`list` of `list` of `str`, *optional*): reference captions, one non-empty list per prediction.
-        Required by the reference-based configs (`refpac_s_pp`, `refpac_s`, `refclip_s`, ...).
+    references (`list` of `list` of `str`, *optional*): reference captions, one list per prediction. A prediction
+        with an empty list gets None in the reference-based results (`ref_scores`; Polos: `scores`), counted in
+        `num_without_references`, and the means are over the others. The reference-based configs (`refpac_s_pp`,
+        `refpac_s`, `refclip_s`, ...) require a non-empty list for every prediction.
 Returns:
     metric (`str`): name of the reference-free score ("PAC-S++", "PAC-S" or "CLIP-S").
     score (`float`): corpus score, the mean of `scores`.
@@ -245,7 +247,7 @@ class PACSPlusPlus(evaluate.Metric):
         if references is None:
             references = [[] for _ in predictions]
         else:
-            references = check_references(references, len(predictions))
+            references = check_references(references, len(predictions), allow_empty=True)  # empty: see _score
         stored, in_memory = self._image_column(images, start, input_kind)
         super().add_batch(predictions=predictions, images=stored, references=references)
         # only a batch that was stored changes the state: a failed one leaves the earlier rows as they were
@@ -356,11 +358,12 @@ class PACSPlusPlus(evaluate.Metric):
                 "references=[[...], ...] (one non-empty list per prediction), or load a reference-free config "
                 f"such as {self.config_name[len(REFERENCE_PREFIX) :]!r}"
             )
-        if with_references and len(with_references) < len(predictions):
+        if self.input_kind == "videos" and with_references and len(with_references) < len(predictions):
             missing = next(index for index, item in enumerate(references) if not item)
             raise ValueError(
-                f"prediction {missing} has no references while prediction {with_references[0]} has some: pass "
-                "references for every prediction, or for none (reference-free score only)"
+                f"prediction {missing} has no references while prediction {with_references[0]} has some: the video "
+                "metric's IDF weights come from all the references of one computation, so compute the videos with "
+                "and without references separately"
             )
         if self.input_kind == "videos":
             settings = {"batch_size": self.image_batch_size, "text_batch_size": self.text_batch_size}
@@ -376,10 +379,12 @@ class PACSPlusPlus(evaluate.Metric):
         if options:
             raise ValueError(f"unexpected options {sorted(options)}: num_frames= and idf= apply to videos= only")
         engine = self.load_engine()
-        output = engine.score(
+        # The references policy (results.score_items): predictions without references get None reference scores.
+        scored = score_items(
+            engine,
             images,
             predictions,
-            references=references if with_references else None,
+            references if with_references or engine_needs_references(engine) else None,
             **score_options(
                 engine,
                 self.long_captions,
@@ -388,25 +393,34 @@ class PACSPlusPlus(evaluate.Metric):
                 progress=self.progress,
             ),
         )
-        return _results_from_output(engine, output)
+        return _results_from_columns(scored)
 
     def long_captions_options(self) -> dict:
         """The `long_captions` keyword for the engine: PAC-S-family models read it; others only truncate."""
         return long_captions_keyword(self.engine, self.long_captions)
 
 
-def _results_from_output(model, output) -> dict:
-    """The results of an image computation, from the columns its spec declares (`results.result_columns`): per score
+def engine_needs_references(engine) -> bool:
+    """Whether the engine's metric has no reference-free score (Polos): without references it refuses by name."""
+    return spec_of(engine).capabilities.needs_references
+
+
+def _results_from_columns(scored: ScoredItems) -> dict:
+    """The results of an image computation, from the columns its spec declares (`results.score_items`): per score
     key `K`, its name (`metric` / `ref_metric`), corpus score (`score` / `ref_score`) and per-item list (`scores` /
-    `ref_scores`); per count, the list and how many items are non-zero (`truncated_tokens`, `num_truncated`)."""
+    `ref_scores`); per count, the list and how many items are non-zero (`truncated_tokens`, `num_truncated`).
+    Predictions without references have None in the reference-based lists, and `num_without_references` counts them
+    (their means are over the others)."""
     results = {}
-    for column in result_columns(model, output):
+    for column in scored.columns:
         if column.is_score:
             prefix = "" if column.key == "score" else column.key.removesuffix("score")
             results.update({f"{prefix}metric": column.label, column.key: column.mean, f"{column.key}s": column.values})
         else:
             results[column.key] = column.values
-            results[f"num_{column.key.removesuffix('_tokens')}"] = sum(value > 0 for value in column.values)
+            results[f"num_{column.key.removesuffix('_tokens')}"] = sum(bool(value) for value in column.values)
+    if scored.without_references:
+        results["num_without_references"] = len(scored.without_references)
     return results
 
 

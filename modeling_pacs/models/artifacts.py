@@ -57,6 +57,21 @@ SAFETENSORS_DTYPE_BYTES = {
 }  # fmt: skip
 
 
+# The config field that marks a model directory of random weights (`pacs-pp make-tiny`, the `tiny` aliases): loading
+# it warns, whichever door loads it (`AutoModel`, `load_model`, the metric's own `from_pretrained`).
+RANDOM_WEIGHTS_FIELD = "random_weights"
+RANDOM_WEIGHTS_WARNING = (
+    "{name} has RANDOM weights (a tiny model for tests and smoke runs): its scores are meaningless; "
+    "score real captions with a released model"
+)
+
+
+def warn_if_random_weights(config, name_or_path, logger) -> None:
+    """Log the random-weights warning when `config` carries the marker `RANDOM_WEIGHTS_FIELD`."""
+    if getattr(config, RANDOM_WEIGHTS_FIELD, False):
+        logger.warning(RANDOM_WEIGHTS_WARNING.format(name=f"model '{os.fspath(name_or_path)}'"))
+
+
 class CorruptArtifactError(ValueError):
     """A file of a model directory (or a converter's input) is missing, damaged or inconsistent.
 
@@ -383,10 +398,13 @@ __all__ = [
     "CHECKPOINT_FIX",
     "DIRECTORY_FIX",
     "CorruptArtifactError",
+    "RANDOM_WEIGHTS_FIELD",
+    "RANDOM_WEIGHTS_WARNING",
     "check_adapter_directory",
     "check_model_directory",
     "check_pickle_checkpoint",
     "explain_load_errors",
     "read_json_object",
     "read_safetensors_header",
+    "warn_if_random_weights",
 ]

@@ -16,7 +16,13 @@ import torch
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
-from .artifacts import CorruptArtifactError, check_adapter_directory, check_model_directory, explain_load_errors
+from .artifacts import (
+    CorruptArtifactError,
+    check_adapter_directory,
+    check_model_directory,
+    explain_load_errors,
+    warn_if_random_weights,
+)
 from .backbones import (
     backbone_family,
     backbone_spec,
@@ -264,6 +270,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
         if load_adapter and model.config.adapter_path:
             model.load_lora_adapter(name_or_path, merge=model.config.merge_adapter, **hub_kwargs)
+        warn_if_random_weights(model.config, name_or_path, logger)
         return model
 
     @classmethod

@@ -14,13 +14,15 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, logging
 
-from .artifacts import check_model_directory, explain_load_errors
+from .artifacts import check_model_directory, explain_load_errors, warn_if_random_weights
 from .configuration_pearl import PearlConfig
 from .fast_clip import FastEncoderSlot
 from .fast_pearl import FastPearlHead
 from .scoring_pearl import fuse_pearl_scores, pearl_huber_loss
+
+logger = logging.get_logger(__name__)
 
 
 @dataclass
@@ -243,7 +245,9 @@ class PearlModel(PearlPreTrainedModel):
         """Load the head, after checking the directory's files (and its encoders' sub-folders)."""
         check_model_directory(pretrained_model_name_or_path)
         with explain_load_errors(pretrained_model_name_or_path):
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        warn_if_random_weights(model.config, pretrained_model_name_or_path, logger)
+        return model
 
     def fast_head(self) -> FastPearlHead | None:
         """The packed path of `fast_pearl` for the current weights, or None where it does not apply

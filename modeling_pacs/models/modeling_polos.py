@@ -27,7 +27,7 @@ from transformers import AutoTokenizer, PreTrainedModel, RobertaModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, logging
 
-from .artifacts import check_model_directory, explain_load_errors
+from .artifacts import check_model_directory, explain_load_errors, warn_if_random_weights
 from .configuration_pacs import PACSConfig
 from .configuration_polos import POLOS_MODES, PolosConfig
 from .fast_clip import FastEncoderSlot
@@ -214,6 +214,7 @@ class PolosModel(PolosPreTrainedModel):
         model.text_tokenizer = AutoTokenizer.from_pretrained(
             name_or_path, subfolder=TEXT_TOKENIZER_FOLDER, config=model.config.text_config, **hub_kwargs
         )
+        warn_if_random_weights(model.config, name_or_path, logger)
         return model
 
     @property

@@ -22,9 +22,9 @@ CONVERT_EPILOG = (
 Variants:
 
   pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 \\
-      --output pac-s-pp-full --lora-mode full
+      --output-dir pac-s-pp-full --lora-mode full
   pacs-pp convert --checkpoint clip_ViT-B-32.pth --variant pac_s_vit_b32 \\
-      --output pac-s-clip-vit-b32 --push-to-hub my-user/pac-s-clip-vit-b32 --dry-run
+      --output-dir pac-s-clip-vit-b32 --push-to-hub my-user/pac-s-clip-vit-b32 --dry-run
 """
 )
 
@@ -58,7 +58,7 @@ def convert(args: argparse.Namespace):
     convert_checkpoint(
         args.checkpoint,
         args.variant,
-        args.output,
+        args.output_dir,
         lora_mode=args.lora_mode,
         head_dim=args.head_dim,
         allow_other_geometry=args.allow_other_geometry,
@@ -66,7 +66,7 @@ def convert(args: argparse.Namespace):
         verify=not args.no_verify,
     )
     if args.push_to_hub:
-        push_model_directory(args.output, args.push_to_hub, dry_run=args.dry_run, private=args.private)
+        push_model_directory(args.output_dir, args.push_to_hub, dry_run=args.dry_run, private=args.private)
 
 
 LONGCLIP_EPILOG = """\
@@ -81,7 +81,7 @@ The directory scores CLIP-S / RefCLIP-S with 248-token captions.
 
 Variants:
 
-  pacs-pp convert-longclip --checkpoint longclip-L.pt --output clip-s-longclip-l14 --weight-precision fp32
+  pacs-pp convert-longclip --checkpoint longclip-L.pt --output-dir clip-s-longclip-l14 --weight-precision fp32
 """
 
 
@@ -109,7 +109,7 @@ def convert_longclip(args: argparse.Namespace):
 
     convert_longclip_checkpoint(
         args.checkpoint,
-        args.output,
+        args.output_dir,
         weight_precision=args.weight_precision,
         allow_other_geometry=args.allow_other_geometry,
         base_model_id=args.base_model_id,

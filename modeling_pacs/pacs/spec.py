@@ -216,14 +216,15 @@ PACS = MetricSpec(
             "convert",
             help="convert an official PAC-S / PAC-S++ checkpoint",
             description="Convert an official PAC-S / PAC-S++ checkpoint into a Hub-ready transformers directory.",
-            example="pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 --output pac-s-pp",
+            example="pacs-pp convert --checkpoint PAC++_clip_ViT-B-32.pth --variant pac_s_pp_vit_b32 "
+            "--output-dir pac-s-pp",
             module="modeling_pacs.pacs.commands",
         ),
         ConverterCommand(
             "convert-longclip",
             help="convert a Long-CLIP checkpoint (CLIP-S that reads 248 tokens)",
             description="Convert a Long-CLIP checkpoint into a Hub-ready CLIP-S directory that reads 248 tokens.",
-            example="pacs-pp convert-longclip --checkpoint longclip-B.pt --output clip-s-longclip-b16",
+            example="pacs-pp convert-longclip --checkpoint longclip-B.pt --output-dir clip-s-longclip-b16",
             module="modeling_pacs.pacs.commands",
             add_arguments="add_longclip_arguments",
             convert="convert_longclip",

@@ -30,9 +30,9 @@ def convert_beit3(args: argparse.Namespace):
         if not path.is_file():
             raise FileNotFoundError(f"{path} does not exist")
     # The project's output rules: never a place holding the inputs; --overwrite only over a model directory.
-    check_output_directory(args.output, inputs=[args.checkpoint, args.sentencepiece], overwrite=args.overwrite)
-    model = convert_beit3_checkpoint(args.checkpoint, args.output, args.sentencepiece, args.num_heads)
-    print(f"BEiT-3 ({model.num_parameters() / 1e6:.1f} M parameters) written to {args.output}")
+    check_output_directory(args.output_dir, inputs=[args.checkpoint, args.sentencepiece], overwrite=args.overwrite)
+    model = convert_beit3_checkpoint(args.checkpoint, args.output_dir, args.sentencepiece, args.num_heads)
+    print(f"BEiT-3 ({model.num_parameters() / 1e6:.1f} M parameters) written to {args.output_dir}")
 
 
 CONVERT_EPILOG = """\
@@ -42,7 +42,7 @@ read with torch.load(weights_only=True); nothing in it is executed.
 Variants:
 
   pacs-pp convert-pearl --checkpoint run/epoch=3-step=1234.ckpt --hparams run/hparams.yaml \\
-      --encoder-path clip=./pac-s-pp-clip-vit-l14 --encoder-dim clip=768 --output pearl-l14
+      --encoder-path clip=./pac-s-pp-clip-vit-l14 --encoder-dim clip=768 --output-dir pearl-l14
 """
 
 
@@ -95,7 +95,7 @@ def convert(args: argparse.Namespace):
 
     convert_pearl_checkpoint(
         args.checkpoint,
-        args.output,
+        args.output_dir,
         hparams=args.hparams,
         overwrite=args.overwrite,
         num_heads=args.num_heads,

@@ -59,7 +59,8 @@ PEARL = MetricSpec(
             help="convert unilm's BEiT-3 retrieval checkpoint for Pearl",
             description="Convert unilm's BEiT-3 base retrieval checkpoint into a transformers directory for Pearl's "
             "BEiT-3 encoder.",
-            example="pacs-pp convert-beit3 --checkpoint beit3_base_itc.pth --sentencepiece beit3.spm --output beit3",
+            example="pacs-pp convert-beit3 --checkpoint beit3_base_itc.pth --sentencepiece beit3.spm "
+            "--output-dir beit3",
             module="modeling_pacs.pearl.commands",
             add_arguments="add_beit3_arguments",
             convert="convert_beit3",
@@ -69,7 +70,7 @@ PEARL = MetricSpec(
             "convert-pearl",
             help="convert a checkpoint written by Pearl's training code",
             description="Convert a Pearl checkpoint written by Pearl's training code into a PearlModel directory.",
-            example='pacs-pp convert-pearl --checkpoint "run/epoch=3-step=1234.ckpt" --output pearl',
+            example='pacs-pp convert-pearl --checkpoint "run/epoch=3-step=1234.ckpt" --output-dir pearl',
             module="modeling_pacs.pearl.commands",
         ),
     ),

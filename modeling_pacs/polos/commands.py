@@ -11,7 +11,7 @@ with hparams.yaml beside it. It is read with torch.load(weights_only=True); noth
 
 Variants:
 
-  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --text-encoder ./sup-simcse-roberta-base --output polos
+  pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --text-encoder ./sup-simcse-roberta-base --output-dir polos
 """
 
 
@@ -30,7 +30,7 @@ def convert(args: argparse.Namespace):
 
     convert_polos_checkpoint(
         args.checkpoint,
-        args.output,
+        args.output_dir,
         hparams=args.hparams,
         text_encoder=args.text_encoder,
         head_dim=args.head_dim,

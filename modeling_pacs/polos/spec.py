@@ -49,7 +49,7 @@ POLOS = MetricSpec(
             "convert-polos",
             help="convert the released Polos checkpoint",
             description="Convert the released Polos Lightning checkpoint into a Hub-ready PolosModel directory.",
-            example="pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output polos-vit-b32",
+            example="pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output-dir polos-vit-b32",
             module="modeling_pacs.polos.commands",
         ),
     ),

@@ -177,10 +177,12 @@ def train_captioner(*argv: str, output_dir: Path, home: Path, stage: str = "scst
 def two_process_run(toy_dataset_dir, tmp_path_factory) -> tuple[Path, Path, str]:
     """An uninterrupted 2-process run of scripts/train_captioner.py: 4 steps, checkpoints at 2 and 4, report."""
     folder = tmp_path_factory.mktemp("two_process_run")
-    tiny_captioner(seed=1).save_pretrained(folder / "init")  # --init: loading must leave the CLIP tower frozen
+    # --model_name_or_path: loading must leave the CLIP tower frozen
+    tiny_captioner(seed=1).save_pretrained(folder / "init")
     features = folder / "features"
     completed = train_captioner(
-        "--init", str(folder / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
+        "--model_name_or_path", str(folder / "init"), "--dataset", str(toy_dataset_dir),
+        "--feature_cache", str(features),
         "--test_split", "test", output_dir=folder / "run", home=folder / "hf",
     )  # fmt: skip
     return folder / "run", features, completed.stderr
@@ -224,7 +226,8 @@ def two_process_xe_run(toy_dataset_dir, tmp_path_factory) -> tuple[Path, Path, s
     tiny_captioner(seed=1).save_pretrained(folder / "init")
     features = folder / "features"
     completed = train_captioner(
-        "--init", str(folder / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
+        "--model_name_or_path", str(folder / "init"), "--dataset", str(toy_dataset_dir),
+        "--feature_cache", str(features),
         "--test_split", "none", output_dir=folder / "run", home=folder / "hf", stage="xe",
     )  # fmt: skip
     return folder / "run", features, completed.stderr
@@ -236,7 +239,8 @@ def test_resumed_two_process_run_continues_identically(stage, request, toy_datas
     resumed = tmp_path / "resumed"
     shutil.copytree(run / "checkpoint-2", resumed / "checkpoint-2")
     train_captioner(
-        "--init", str(run.parent / "init"), "--dataset", str(toy_dataset_dir), "--feature_cache", str(features),
+        "--model_name_or_path", str(run.parent / "init"), "--dataset", str(toy_dataset_dir),
+        "--feature_cache", str(features),
         "--test_split", "none", "--resume_from_checkpoint", "last", output_dir=resumed, home=tmp_path / "hf",
         stage=stage,
     )  # fmt: skip

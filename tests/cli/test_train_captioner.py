@@ -53,7 +53,7 @@ def test_xe_then_scst_with_report(toy_dataset_dir, tmp_path):
     argv = [
         "--stage",
         "scst",
-        "--init",
+        "--model_name_or_path",
         str(xe_dir / "final"),
         "--reward",
         "ref_pac_s_pp",
@@ -86,7 +86,10 @@ def test_xe_then_scst_with_report(toy_dataset_dir, tmp_path):
         (["--stage", "scst", "--output_dir", "x"], "starts from an XE-trained captioner"),
         (["--stage", "xe", "--output_dir", "x", "--batch_size", "0"], "must be a positive integer, got 0"),
         (["--stage", "xe", "--output_dir", "x", "--learning_rate", "nan"], "must be a finite number > 0, got"),
-        (["--stage", "scst", "--init", "x", "--output_dir", "x", "--num_beams", "1"], "at least 2 for scst"),
+        (
+            ["--stage", "scst", "--model_name_or_path", "x", "--output_dir", "x", "--num_beams", "1"],
+            "at least 2 for scst",
+        ),
     ],
 )
 def test_arguments_are_validated(argv, message, capsys):

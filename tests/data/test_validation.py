@@ -159,8 +159,8 @@ def test_train_polos_refuses_bad_data_before_any_step(tmp_path, case):
     if case == "missing_path":
         expected = ("--train", str(train), "does not exist", "Fix:")
     output = tmp_path / "out"
-    argv = ["--model", "tiny:polos", "--train", str(train), "--validation", str(validation), "--output_dir",
-            str(output), "--num_train_epochs", "1"]  # fmt: skip
+    argv = ["--model_name_or_path", "tiny:polos", "--train", str(train), "--validation", str(validation),
+            "--output_dir", str(output), "--num_train_epochs", "1"]  # fmt: skip
     assert_refused_before_training(lambda: train_polos.main(argv), output, *expected)
 
 
@@ -180,8 +180,8 @@ def test_train_pearl_refuses_bad_data_before_any_step(tmp_path, case):
         data = tmp_path / "no_such_folder"
         expected = ("--data", str(data), "does not exist", "Fix:")
     output = tmp_path / "out"
-    argv = ["--data", str(data), "--cache", str(tmp_path / "cache"), "--init", str(tmp_path / "init"), "--output",
-            str(output)]  # fmt: skip
+    argv = ["--data", str(data), "--cache", str(tmp_path / "cache"), "--model_name_or_path", str(tmp_path / "init"),
+            "--output_dir", str(output)]  # fmt: skip
     assert_refused_before_training(lambda: train_pearl.main(argv), output, *expected)
 
 

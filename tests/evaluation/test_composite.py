@@ -265,7 +265,7 @@ def test_script_prefers_the_amt_files_and_reports_layout_variant_and_checksums(a
     results = script.main(
         [
             *("--benchmark", "composite", "--data-dir", str(amt_dir), "--scores", f"PAC-S++={scores}"),
-            *("--composite-rating", "thoroughness", "--output", str(tmp_path / "out")),
+            *("--composite-rating", "thoroughness", "--output-dir", str(tmp_path / "out")),
         ]
     )
     result = results["benchmarks"]["composite"]
@@ -394,7 +394,7 @@ def test_model_scores_the_amt_items_and_its_scores_file_gives_the_same_table(amt
     script = evaluate_benchmarks
     model_run = script.main(
         [*("--benchmark", "composite", "--data-dir", str(amt_dir), "--model", str(tiny_model_dir), "--quiet")]
-        + ["--output", str(tmp_path / "model")]
+        + ["--output-dir", str(tmp_path / "model")]
     )
     result = model_run["benchmarks"]["composite"]
     assert [row["column"] for row in result["rows"]] == ["score", "ref_score"]

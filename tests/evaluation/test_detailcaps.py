@@ -229,7 +229,7 @@ def test_model_and_its_scores_give_the_same_table_beside_the_paper(tmp_path, cac
     dump = tmp_path / "items.jsonl"
     output = tmp_path / "out"
     results = run(
-        "--benchmark", "detailcaps", "--data-dir", root, "--model", model_dir, "--output", output,
+        "--benchmark", "detailcaps", "--data-dir", root, "--model", model_dir, "--output-dir", output,
         "--dump-items", dump, "--quiet",
     )  # fmt: skip
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
@@ -259,7 +259,7 @@ def test_model_and_its_scores_give_the_same_table_beside_the_paper(tmp_path, cac
     for name in ("chunks", "CAPTURE"):
         variants[name].write_text(judge_as_scores)
     external = run(
-        "--benchmark", "detailcaps", "--data-dir", root, "--output", tmp_path / "external",
+        "--benchmark", "detailcaps", "--data-dir", root, "--output-dir", tmp_path / "external",
         *(argument for name, path in variants.items() for argument in ("--scores", f"{name}={path}")),
     )  # fmt: skip
     rows = external["benchmarks"]["detailcaps"]["rows"]
@@ -315,7 +315,7 @@ def test_truncation_chunks_and_longclip_side_by_side(tmp_path, cache):
     output = tmp_path / "out"
     results = run(
         "--benchmark", "detailcaps", "--data-dir", root, "--model", clip_dir, "--model", longclip_dir,
-        "--long-captions", "truncate", "chunks", "--output", output, "--dump-items", tmp_path / "items.jsonl",
+        "--long-captions", "truncate", "chunks", "--output-dir", output, "--dump-items", tmp_path / "items.jsonl",
         "--quiet",
     )  # fmt: skip
     table = results["benchmarks"]["detailcaps"]["rows"]

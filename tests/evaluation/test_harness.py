@@ -64,7 +64,7 @@ def test_model_table_counts_encodings_and_matches_an_independent_computation(
     crowdflower_dir, model_dir, model, tmp_path, capsys
 ):
     output = tmp_path / "out"
-    cf_run = ("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output", output)
+    cf_run = ("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", model_dir, "--output-dir", output)
     results = run(*cf_run, "--chunk-size", 10, "--quiet")
     (record,) = results["runs"]
     from modeling_pacs.evaluation import load_benchmark
@@ -149,7 +149,7 @@ def test_dump_items_and_scores_rows_beside_the_papers_numbers(crowdflower_dir, t
         crowdflower_dir,
         "--scores",
         f"PAC-S++={scores}",
-        "--output",
+        "--output-dir",
         tmp_path / "out",
     )
     (row,) = results["benchmarks"]["flickr8k_cf"]["rows"]
@@ -159,7 +159,16 @@ def test_dump_items_and_scores_rows_beside_the_papers_numbers(crowdflower_dir, t
     assert "100.00 (37.0, +63.00)" in (tmp_path / "out" / "results.md").read_text()
     constant = tmp_path / "constant.jsonl"
     constant.write_text("".join(json.dumps({"id": line["id"], "score": 1.0}) + "\n" for line in lines))
-    run("--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--scores", constant, "--output", tmp_path / "c")
+    run(
+        "--benchmark",
+        "flickr8k_cf",
+        "--data-dir",
+        crowdflower_dir,
+        "--scores",
+        constant,
+        "--output-dir",
+        tmp_path / "c",
+    )
     text = (tmp_path / "c" / "results.json").read_text()
     written = json.loads(text, parse_constant=lambda token: pytest.fail(f"results.json holds {token}"))
     assert written["benchmarks"]["flickr8k_cf"]["rows"][0]["statistics"]["kendall_tau_b"] is None
@@ -185,7 +194,9 @@ def test_bad_arguments_and_scores_files_are_named(crowdflower_dir, model_dir, tm
 def test_pascal_with_a_model_and_with_its_scores(tmp_path, model_dir):
     root = write_pascal50s(tmp_path / "pascal")
     output = tmp_path / "out"
-    results = run("--benchmark", "pascal50s", "--data-dir", root, "--model", model_dir, "--output", output, "--quiet")
+    results = run(
+        "--benchmark", "pascal50s", "--data-dir", root, "--model", model_dir, "--output-dir", output, "--quiet"
+    )
     table = results["benchmarks"]["pascal50s"]
     assert set(table["rows"][0]["statistics"]) == {
         "accuracy_HC",
@@ -301,7 +312,7 @@ def test_every_metric_family_runs_a_benchmark(crowdflower_dir, family, tmp_path)
     the model's own per-item scores (items scored one at a time)."""
     results = run(
         "--benchmark", "flickr8k_cf", "--data-dir", crowdflower_dir, "--model", family,
-        "--output", tmp_path / "out", "--quiet",
+        "--output-dir", tmp_path / "out", "--quiet",
     )  # fmt: skip
     from modeling_pacs.evaluation import load_benchmark
 

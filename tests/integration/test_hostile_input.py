@@ -41,7 +41,7 @@ def checkpoint_folder(tmp_path_factory):
 def convert_arguments(folder: Path, output: str) -> list[str]:
     return [
         "convert", "--checkpoint", str(folder / "PAC++_clip_tiny.pth"), "--variant", "pac_s_pp_vit_b32",
-        "--output", output, "--allow-other-geometry", "--head-dim", "8", "--no-verify",
+        "--output-dir", output, "--allow-other-geometry", "--head-dim", "8", "--no-verify",
     ]  # fmt: skip
 
 
@@ -191,7 +191,7 @@ def test_malformed_inputs_name_the_file_and_the_place(tmp_path, tiny_model_dir, 
     assert message in run_cli([str(path), "--model", str(tiny_model_dir)])
 
 
-def test_bom_csv_keeps_its_first_column_and_empty_references_are_refused(image_folder, tiny_model_dir, tmp_path):
+def test_bom_csv_keeps_its_first_column_and_empty_references_leave_empty_cells(image_folder, tiny_model_dir, tmp_path):
     path = tmp_path / "excel.csv"
     with path.open("w", encoding="utf-8-sig", newline="") as handle:  # Excel's UTF-8 with a byte-order mark
         writer = csv.writer(handle)
@@ -201,8 +201,9 @@ def test_bom_csv_keeps_its_first_column_and_empty_references_are_refused(image_f
     assert json.loads((tmp_path / "out.json").read_text())["num_items"] == 1
     refs = tmp_path / "refs.json"
     refs.write_text(json.dumps({str(image_folder[0]): []}))
-    message = run_cli([str(path), "--model", str(tiny_model_dir), "--references", str(refs)])
-    assert "references were given but every item's reference list is empty" in message
+    score_main([str(path), "--model", str(tiny_model_dir), "--references", str(refs), "-o", str(tmp_path / "r.json")])
+    result = json.loads((tmp_path / "r.json").read_text())  # the references policy: an empty cell, counted
+    assert result["num_without_references"] == 1 and result["items"][0]["RefPAC-S++"] is None
 
 
 # ---------------------------------------------------------------------------------------------- 8: non-finite
@@ -343,7 +344,6 @@ def load_score_corpus():
 @pytest.mark.parametrize(
     ("cell", "extra", "message"),
     [
-        ("", [], "row 1 has an empty references cell"),
         ("[1, 2]", [], "row 1: references must be a list of strings, got [1, 2]"),
         ('["fine"]', ["--keep-columns", "idd"], "--keep-columns names ['idd'], which row 0 does not have"),
     ],
@@ -373,7 +373,7 @@ def test_corpus_output_dir_may_not_contain_the_input(image_folder, tiny_model_di
 
 
 def test_every_directory_writer_follows_the_same_output_rules(tmp_path, monkeypatch):
-    """The benchmark script (which deletes its --output with --overwrite) and the Polos converter use the same
+    """The benchmark script (which deletes its --output-dir with --overwrite) and the Polos converter use the same
     check as `pacs-pp convert`: never the current directory, never a folder that is not theirs."""
 
     from modeling_pacs.cli import evaluate_benchmarks
@@ -388,9 +388,81 @@ def test_every_directory_writer_follows_the_same_output_rules(tmp_path, monkeypa
     base = ["--benchmark", "flickr8k_cf", "--data-dir", str(data), "--scores", f"x={tmp_path / 's.jsonl'}"]
     for output, message in ((".", "is the current directory or one of its parents"), ("mine", "is not an earlier")):
         with pytest.raises(SystemExit, match=message):
-            evaluate_benchmarks.main([*base, "--output", output, "--overwrite"])
+            evaluate_benchmarks.main([*base, "--output-dir", output, "--overwrite"])
     assert (mine / "thesis.tex").read_text() == "years of work"
     with pytest.raises(ValueError, match="is the current directory or one of its parents"):
         convert_polos_checkpoint(tmp_path / "reprod.ckpt", ".", overwrite=True)
     with pytest.raises(ValueError, match="is not a model directory"):
         convert_polos_checkpoint(tmp_path / "reprod.ckpt", mine, overwrite=True)
+
+
+# ---------------------------------------------------------------------------------------------- issue 32: encodings
+LATIN1_INPUTS = {
+    # name -> (Latin-1 bytes, where the message says the first undecodable byte is)
+    "latin1.csv": (
+        b'image,caption\na.png,a red circle\nb.png,"un caf\xe9\nover two lines"\nc.png,fine\n',
+        "row 1 (line 3)",
+    ),
+    "latin1.jsonl": (b'{"image": "a.png", "caption": "x"}\n\n{"image": "b.png", "caption": "caf\xe9"}\n', "line 3"),
+    "latin1.json": (b'{\n  "a.png": "x",\n  "b.png": "caf\xe9"\n}\n', "line 3"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LATIN1_INPUTS))
+def test_non_utf8_input_names_the_file_the_row_and_the_fix(tmp_path, name):
+    content, where = LATIN1_INPUTS[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    message = run_cli([str(path), "--model", "tiny"])  # refused before any model loads
+    assert f"{path}: {where} is not UTF-8 text (byte 0xe9" in message
+    assert f"iconv -f latin1 -t utf-8 '{path}' > '{path.with_name(path.stem + '.utf8' + path.suffix)}'" in message
+
+
+def test_windows_1252_input_is_named_as_such(tmp_path):
+    path = tmp_path / "quotes.csv"
+    path.write_bytes(b"image,caption\na.png,\x93a quoted caption\x94\n")
+    message = run_cli([str(path), "--model", "tiny"])
+    assert "row 0 (line 2) is not UTF-8 text (byte 0x93" in message and "iconv -f cp1252 -t utf-8" in message
+
+
+def test_a_directory_as_input_gets_its_own_message(tmp_path):
+    folder = tmp_path / "captions.json"
+    folder.mkdir()
+    assert f"input file '{folder}' is a directory, not a file" in run_cli([str(folder), "--model", "tiny"])
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text(json.dumps({"image": "a.png", "caption": "x"}) + "\n")
+    message = run_cli([str(captions), "--references", str(refs), "--model", "tiny"])
+    assert f"references file '{refs}' is a directory, not a file" in message
+    corpus = tmp_path / "corpus.csv"
+    corpus.mkdir()
+    with pytest.raises(SystemExit, match=f"input file '{corpus}' is a directory, not a file"):
+        load_score_corpus().main([str(corpus), "--output-dir", str(tmp_path / "out"), "--model", "tiny"])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_corpus_refuses_non_utf8_before_its_manifest_and_accepts_the_corrected_file(
+    image_folder, tiny_model_dir, tmp_path, suffix
+):
+    path = tmp_path / f"corpus{suffix}"
+    captions = ["a first caption", "un caf\u00e9 cr\u00e8me"]
+    if suffix == ".csv":
+        text = "image,caption\n" + "".join(f"{image},{caption}\n" for image, caption in zip(image_folder, captions))
+    else:
+        text = "".join(json.dumps({"image": str(image), "caption": caption}, ensure_ascii=False) + "\n"
+                       for image, caption in zip(image_folder, captions))  # fmt: skip
+    path.write_bytes(text.encode("latin-1"))
+    output = tmp_path / "out"
+    arguments = [str(path), "--output-dir", str(output), "--model", str(tiny_model_dir), "--no-progress"]
+    with pytest.raises(SystemExit) as exit_info:
+        load_score_corpus().main(arguments)
+    where = "row 1 (line 3)" if suffix == ".csv" else "line 2"
+    assert f"{path}: {where} is not UTF-8 text (byte 0xe9" in str(exit_info.value)
+    assert not (output / "manifest.json").exists()  # nothing pins the bad file
+    path.write_text(text, encoding="utf-8")  # what `iconv -f latin1 -t utf-8` gives
+    summary = load_score_corpus().main(arguments)
+    assert summary["num_items"] == 2
+    rows = [json.loads(line) for line in (output / "scores.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [row["row"] for row in rows] == [0, 1]

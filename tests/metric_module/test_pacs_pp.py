@@ -161,8 +161,8 @@ def test_bad_inputs_give_clear_messages(metric, image_paths, tmp_path):
         metric.compute(predictions=CAPTIONS, images=image_paths[:5])
     with pytest.raises(ValueError, match=r"got 2 reference lists for 6 candidates"):
         metric.compute(predictions=CAPTIONS, images=image_paths, references=REFERENCES[:2])
-    with pytest.raises(ValueError, match=r"item 1 has an empty reference list"):
-        metric.compute(predictions=CAPTIONS[:2], images=image_paths[:2], references=[["a circle"], []])
+    with pytest.raises(TypeError, match=r"reference 0 of item 1 is int \(3\), expected a string"):
+        metric.compute(predictions=CAPTIONS[:2], images=image_paths[:2], references=[["a circle"], [3]])
     with pytest.raises(TypeError, match=r"prediction 1 is NoneType \(None\), expected a string"):
         metric.compute(predictions=["a cat", None], images=image_paths[:2])
     with pytest.raises(FileNotFoundError, match=r"image 1 \('missing\.jpg'\) does not exist"):
@@ -188,9 +188,7 @@ def test_bad_inputs_give_clear_messages(metric, image_paths, tmp_path):
         with pytest.raises(ImageInputError, match=message):
             metric.compute(predictions=CAPTIONS[:2], images=[image_paths[0], image])
 
-    metric.add_batch(predictions=CAPTIONS[:2], images=image_paths[:2], references=REFERENCES[:2])
-    metric.add_batch(predictions=CAPTIONS[2:4], images=image_paths[2:4])
-    with pytest.raises(ValueError, match=r"prediction 2 has no references while prediction 0 has some"):
+    with pytest.raises(ValueError, match=r"nothing to score"):
         metric.compute()
     # after a failed compute the module is usable again
     assert len(metric.compute(predictions=CAPTIONS[:1], images=image_paths[:1])["scores"]) == 1
@@ -323,9 +321,9 @@ FAILING_COMPUTES = {
     "None prediction": (lambda paths, tmp: dict(predictions=[None], images=paths[:1]), "prediction 0 is NoneType"),
     "count mismatch": (lambda paths, tmp: dict(predictions=["a", "b"], images=paths[:1]), "got 2 predictions and 1"),
     "image of a wrong type": (lambda paths, tmp: dict(predictions=["a cat"], images=[3.5]), r"image \d+ is float"),
-    "empty reference list": (
-        lambda paths, tmp: dict(predictions=["a cat"], images=paths[:1], references=[[]]),
-        "empty reference list",
+    "reference of a wrong type": (
+        lambda paths, tmp: dict(predictions=["a cat"], images=paths[:1], references=[[3]]),
+        "reference 0 of item 0 is int",
     ),
     "images and videos": (
         lambda paths, tmp: dict(predictions=["a cat"], images=paths[:1], videos=paths[:1]),
@@ -403,7 +401,7 @@ FAILING_ADD_BATCHES = {
     "missing image after an in-memory one": dict(predictions=["a", "b"], images=["PIL", "missing.jpg"]),
     "None prediction": dict(predictions=[None], images=["PIL"]),
     "videos after images": dict(predictions=["a"], videos=["PIL"]),
-    "empty reference list": dict(predictions=["a"], images=["PIL"], references=[[]]),
+    "reference of a wrong type": dict(predictions=["a"], images=["PIL"], references=[[3]]),
 }
 
 

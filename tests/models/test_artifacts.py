@@ -263,7 +263,7 @@ def test_every_converter_refuses_non_checkpoints_with_one_message_naming_the_fil
         arguments = [part.replace("{input}", str(path)) for part in CONVERTERS[command]]
         output = tmp_path / f"out-{command}-{name}"
         try:
-            code = main([command, *arguments, "--output", str(output)])
+            code = main([command, *arguments, "--output-dir", str(output)])
         except SystemExit as exit:
             code = exit.code
         error = capsys.readouterr().err

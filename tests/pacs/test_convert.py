@@ -108,7 +108,7 @@ def converted_dirs(lora_checkpoint, tmp_path_factory):
     path, _ = lora_checkpoint
     root = tmp_path_factory.mktemp("converted")
     arguments = ["convert", "--checkpoint", str(path), "--variant", "pac_s_pp_vit_b32"]
-    arguments += ["--output", str(root / "official"), "--allow-other-geometry", "--head-dim", str(TINY_HEAD_DIM)]
+    arguments += ["--output-dir", str(root / "official"), "--allow-other-geometry", "--head-dim", str(TINY_HEAD_DIM)]
     arguments += ["--push-to-hub", "someone/pac-s-pp-tiny", "--dry-run"]
     assert pacs_pp_main(arguments) == 0
     logs = []
@@ -228,7 +228,7 @@ def test_pickle_with_code_is_refused(tmp_path, capsys):
         load_official_checkpoint(path)
     from modeling_pacs.cli import convert as cli
 
-    arguments = ["--checkpoint", str(path), "--variant", "pac_s_vit_b32", "--output", str(tmp_path / "out")]
+    arguments = ["--checkpoint", str(path), "--variant", "pac_s_vit_b32", "--output-dir", str(tmp_path / "out")]
     assert cli.main(arguments) == 2
     assert "refused to load" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "out").exists()

@@ -112,7 +112,7 @@ def converted_dirs(checkpoint, tmp_path_factory):
     """`official` precision through the command line, `fp32` through the library."""
     path, _ = checkpoint
     root = tmp_path_factory.mktemp("converted_longclip")
-    assert main(["--checkpoint", str(path), "--output", str(root / "official"), "--allow-other-geometry"]) == 0
+    assert main(["--checkpoint", str(path), "--output-dir", str(root / "official"), "--allow-other-geometry"]) == 0
     convert_longclip_checkpoint(
         path, root / "fp32", weight_precision="fp32", allow_other_geometry=True, log=lambda message: None
     )
@@ -264,7 +264,7 @@ def save_checkpoint(tmp_path: Path, state_dict: dict, name: str = "bad.pt") -> P
 
 def conversion_error(tmp_path: Path, state_dict: dict, capsys, *options: str) -> str:
     path = save_checkpoint(tmp_path, state_dict)
-    assert main(["--checkpoint", str(path), "--output", str(tmp_path / "out"), *options]) == 2
+    assert main(["--checkpoint", str(path), "--output-dir", str(tmp_path / "out"), *options]) == 2
     assert not (tmp_path / "out").exists()
     return capsys.readouterr().err
 
@@ -302,7 +302,7 @@ def test_missing_and_unexpected_keys_are_listed(checkpoint, tmp_path, capsys):
 
 def test_unreleased_geometry_needs_the_flag(checkpoint, tmp_path, capsys):
     path, _ = checkpoint
-    assert main(["--checkpoint", str(path), "--output", str(tmp_path / "out")]) == 2
+    assert main(["--checkpoint", str(path), "--output-dir", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert "is not one of the released Long-CLIP models" in error and "--allow-other-geometry" in error
 
@@ -367,7 +367,7 @@ def test_script_is_the_command_line(checkpoint, tmp_path):
     path, _ = checkpoint
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "convert_longclip_checkpoint.py"), "--checkpoint", str(path)]
-        + ["--output", str(tmp_path / "out"), "--no-verify"],
+        + ["--output-dir", str(tmp_path / "out"), "--no-verify"],
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), timeout=300,
     )  # fmt: skip
     assert result.returncode == 2 and "--allow-other-geometry" in result.stderr

@@ -301,7 +301,7 @@ def converted(pearl_run, tmp_path_factory):
     output = tmp_path_factory.mktemp("converted") / "pearl"
     result = subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "convert_pearl_checkpoint.py"),
-         "--checkpoint", str(pearl_run["checkpoint"]), "--output", str(output), *encoder_dim_flags(TINY_DIMS)],
+         "--checkpoint", str(pearl_run["checkpoint"]), "--output-dir", str(output), *encoder_dim_flags(TINY_DIMS)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -560,7 +560,7 @@ def test_missing_unknown_and_mis_shaped_keys_are_named(pearl_run, tmp_path):
 
 
 def test_encoder_sizes_must_fit_the_feature_size(pearl_run, tmp_path, capsys):
-    arguments = ["--checkpoint", str(pearl_run["checkpoint"]), "--output", str(tmp_path / "out")]
+    arguments = ["--checkpoint", str(pearl_run["checkpoint"]), "--output-dir", str(tmp_path / "out")]
     assert convert_cli.converter_main("convert-pearl")(arguments) == 2
     assert re.search(
         r"error: encoder 'clip' gives 512-d features, but this checkpoint's feature size is 16 .* "
@@ -598,7 +598,7 @@ def test_unsafe_and_unreadable_files_are_refused(pearl_run, tmp_path, capsys):
     empty = tmp_path / "empty.ckpt"
     empty.write_bytes(b"")
     for path in (text, truncated, empty):
-        arguments = ["--checkpoint", str(path), "--output", str(tmp_path / "out")]
+        arguments = ["--checkpoint", str(path), "--output-dir", str(tmp_path / "out")]
         assert convert_cli.converter_main("convert-pearl")(arguments) == 2
         error = capsys.readouterr().err
         assert error.startswith(f"pacs-pp convert-pearl: error: '{path}': ")

@@ -308,15 +308,16 @@ def test_extraction_and_training_scripts(tiny_pearl_dir, spica, tmp_path, capsys
         FeatureCache(spica["cache"]).texts("stella", ["a blue bus"]).numpy(),
         atol=1e-6,
     )
-    train = [*common, "--cache", str(tmp_path / "f"), "--init", str(tiny_pearl_dir), "--output", str(tmp_path / "run")]
-    assert train_pearl.main([*train, "--epochs", "1", "--batch-size", "4", "--warmup-steps", "0"]) == 0
+    train = [*common, "--cache", str(tmp_path / "f"), "--model_name_or_path", str(tiny_pearl_dir),
+             "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    assert train_pearl.main([*train, "--num_train_epochs", "1", "--batch_size", "4", "--warmup_steps", "0"]) == 0
     assert "validation Kendall tau-c" in capsys.readouterr().out
     best = PearlModel.from_pretrained(tmp_path / "run" / "best", dtype=torch.float32)
     assert best.config.encoder_names == ["clip", "beit3", "blip2", "stella"]
     assert (tmp_path / "run" / "best" / "encoders" / "stella" / "2_Dense_768" / "config.json").is_file()
     with pytest.raises(SystemExit):
-        train_pearl.main([*train, "--epochs", "1"])
-    assert "is not empty: pass --resume to continue or --overwrite" in capsys.readouterr().err
+        train_pearl.main([*train, "--num_train_epochs", "1"])
+    assert "is not empty: pass --resume_from_checkpoint last to continue, or --overwrite" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         extract_pearl_features.main([*extract, "--shard-size", "0"])
     assert "--shard-size must be > 0" in capsys.readouterr().err

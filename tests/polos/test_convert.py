@@ -120,7 +120,7 @@ def release(tmp_path_factory):
     output = folder.parent / "converted"
     code = pacs_pp_main(
         ["convert-polos", "--checkpoint", str(folder / "reprod.ckpt"), "--text-encoder", str(encoder_dir),
-         "--output", str(output), "--head-dim", "8"]
+         "--output-dir", str(output), "--head-dim", "8"]
     )  # fmt: skip
     assert code == 0
     return {"folder": folder, "state": state, "config": roberta_config, "tokenizer": tokenizer, "output": output}
@@ -211,7 +211,7 @@ def test_lightning_globals_are_placeholders_and_code_never_runs(release, tmp_pat
     evil = tmp_path / "evil.ckpt"
     torch.save({"state_dict": dict(release["state"]), "payload": Exploit()}, evil)
     output = tmp_path / "out"
-    assert pacs_pp_main(["convert-polos", "--checkpoint", str(evil), "--output", str(output)]) == 2
+    assert pacs_pp_main(["convert-polos", "--checkpoint", str(evil), "--output-dir", str(output)]) == 2
     assert "refused to load" in capsys.readouterr().err
     assert not marker.exists() and not output.exists()
 
@@ -249,7 +249,13 @@ def test_wrong_keys_and_shapes_are_named(release, tmp_path):
 
 def test_existing_output_needs_overwrite(release, capsys):
     code = pacs_pp_main(
-        ["convert-polos", "--checkpoint", str(release["folder"] / "reprod.ckpt"), "--output", str(release["output"])]
+        [
+            "convert-polos",
+            "--checkpoint",
+            str(release["folder"] / "reprod.ckpt"),
+            "--output-dir",
+            str(release["output"]),
+        ]
     )
     assert code == 2
     assert "exists and is not empty: choose another, or pass --overwrite" in capsys.readouterr().err

@@ -193,7 +193,16 @@ def test_train_script_writes_a_loadable_model(polaris, tmp_path, capsys):
 
     _, folder = polaris
     csv_path = str(folder / "polaris_train.csv")
-    common = ["--model", "tiny:polos", "--train", csv_path, "--validation", csv_path, "--output_dir", str(tmp_path)]
+    common = [
+        "--model_name_or_path",
+        "tiny:polos",
+        "--train",
+        csv_path,
+        "--validation",
+        csv_path,
+        "--output_dir",
+        str(tmp_path),
+    ]
     with pytest.raises(SystemExit):
         module.main([*common, "--batch_size", "0"])
     assert "--batch_size: must be a positive integer, got 0" in capsys.readouterr().err
