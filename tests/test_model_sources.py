@@ -179,6 +179,6 @@ def test_cli_refuses_a_reference_based_metric_without_references_before_loading(
     with pytest.raises(SystemExit) as error:
         score_main([captions, "--model", "tiny:polos"])
     assert str(error.value) == (
-        f"pacs-score: error: Polos (tiny:polos) scores a caption against references, and {captions} has none: give "
-        "--references FILE (JSON {image_path: [references]}) or a references field per item"
+        "pacs-score: error: Polos scores a caption against references, and none of the 6 items has any: give "
+        f"--references FILE (JSON {{image_path: [references]}}), or references in {captions}"
     )

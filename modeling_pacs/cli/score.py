@@ -114,9 +114,8 @@ def run_score(args: argparse.Namespace) -> dict:
     spec = spec_for_model_name(args.model)  # the metric's capabilities, from the registry: nothing loads
     if spec is not None and spec.capabilities.needs_references and not any(references or []):
         raise InputError(
-            f"{spec.display_name} ({args.model}) scores a caption against references, and none of the {len(items)} "
-            f"items of {args.input} has any: give --references FILE (JSON {{image_path: [references]}}) or a "
-            "references field per item"
+            f"{spec.display_name} scores a caption against references, and none of the {len(items)} items has any: "
+            f"give --references FILE (JSON {{image_path: [references]}}), or references in {args.input}"
         )
     from ..loading import load_model  # torch and transformers load here, once the input is known to be good
 
