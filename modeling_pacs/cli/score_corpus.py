@@ -43,7 +43,6 @@ from modeling_pacs.corpus_scoring import (
     parse_references,
     undecoded_images,
 )
-from modeling_pacs.data import is_saved_dataset
 from modeling_pacs.errors import InputError, PacsError
 from modeling_pacs.jobs import (
     JobProgress,
@@ -53,11 +52,9 @@ from modeling_pacs.jobs import (
     launch_state,
     path_fingerprint,
 )
-from modeling_pacs.loading import DEFAULT_MODEL, PRETRAINED_MODELS, load_model
 from modeling_pacs.logs import setup_command_logging
-from modeling_pacs.models.inputs import TRUNCATION_FIX
 from modeling_pacs.output_paths import check_output_directory
-from modeling_pacs.registry import spec_of
+from modeling_pacs.registry import DEFAULT_MODEL, PRETRAINED_MODELS, spec_of
 from modeling_pacs.results import item_rows, references_note, score_items, score_labels
 
 from .arguments import add_example
@@ -81,6 +78,8 @@ def open_corpus(args: argparse.Namespace, count: bool) -> tuple[Iterator[RowBloc
     if source.is_file():
         raise InputError(f"{source}: unsupported input format '{suffix}' (use .jsonl, .csv, .parquet or a dataset)")
     import datasets
+
+    from modeling_pacs.data import is_saved_dataset  # torch: imported once a corpus is read, not for --help
 
     if is_saved_dataset(source):
         dataset = datasets.load_from_disk(str(source))
@@ -256,6 +255,9 @@ def run(args: argparse.Namespace) -> dict | None:
         barrier=state.wait_for_everyone,
     )
     wanted = job.start()
+    from modeling_pacs.loading import load_model
+    from modeling_pacs.models.inputs import TRUNCATION_FIX
+
     model = load_model(args.model, device=str(state.device), dtype=None if args.dtype == "fp32" else args.dtype)
     show_progress = state.is_main_process and not args.no_progress
     blocks, total = open_corpus(args, count=show_progress)

@@ -98,3 +98,9 @@ def test_load_model_registers_the_auto_classes(tmp_path):
         tmp_path,
     )
     assert result.stdout.split() == ["PACSModel"], result.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["missing.jsonl", "--output-dir", "out"]])
+def test_score_corpus_answers_without_torch(argv, tmp_path):
+    result = run_probe(f"from modeling_pacs.cli.score_corpus import main\nmain({argv!r})", tmp_path)
+    assert imported(result) == [], result.stderr
