@@ -267,8 +267,9 @@ def test_accelerate_processes_split_the_shards_with_no_overlap(workspace, tmp_pa
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     for process in range(2):  # unfinished shards dealt out round-robin
-        done = [line for line in completed.stderr.splitlines() if f"INFO: process {process}: shard " in line]
-        assert sorted(int(line.split(": shard ")[1].split()[0]) for line in done) == [process, process + 2, process + 4]
+        done = [line for line in completed.stderr.splitlines() if f"process {process}: shard " in line]
+        shards = [int(line.split(f"process {process}: shard ")[1].split()[0]) for line in done]
+        assert sorted(shards) == [process, process + 2, process + 4]
     assert_same_rows(read_rows(output_dir), workspace["reference"])
 
 
