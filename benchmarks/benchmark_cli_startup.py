@@ -7,10 +7,11 @@ same captions (it also reports the seconds of `load_model` + `score` inside it).
 its wall time minus the baseline's. Goals (issue 32): `--help` and a bad input file under 0.5 s; the README command
 at most 1.5 s more than loading and scoring.
 
-Measured on this project's 2-core machine, shared with other jobs (load average about 3), tiny model, 5 rounds (the
-commit before issue 32's lazy imports, with `--repo`, 3 rounds): `--help` 0.08 s (was 5.88 s), a missing file 0.08 s
-(was 5.70 s), the README command 5.16 s against a 5.15 s baseline of loading and scoring alone (+0.01 s; was 6.76 s,
-+0.85 s); of the baseline, 3.1 s are the imports of torch, transformers and the model, 1.1 s `load_model` + `score`.
+Measured on this project's 2-core machine (shared with other jobs, load average about 1), tiny model, 5 rounds; the
+commit before issue 32's lazy imports (`--repo`, 3 rounds) in brackets: `--help` 0.08 s (4.08 s), a missing file
+0.08 s (4.16 s), the README command 4.74 s against a 4.88 s baseline of loading and scoring alone, so no overhead
+(5.06 s against 5.06 s); of the baseline, 3.0 s are the imports of torch, transformers and the model, 1.0 s
+`load_model` + `score`.
 
 Example:
     python benchmarks/benchmark_cli_startup.py                       # this checkout, 5 rounds
