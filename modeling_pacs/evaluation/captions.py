@@ -101,8 +101,9 @@ class CaptionEvaluation:
         return "\n".join([self.table(), "", "signatures:", *signatures, "", self.footer()])
 
     def to_json(self) -> dict:
-        return {"corpus": self.corpus, "items": self.items, "signatures": self.signatures, "skipped": self.skipped,
-                "notes": self.notes}  # fmt: skip
+        """What `--output x.json` holds: corpus, items, signatures, the columns' headings, skipped rows, notes."""
+        return {"corpus": self.corpus, "items": self.items, "signatures": self.signatures, "labels": self.labels,
+                "skipped": self.skipped, "notes": self.notes}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
@@ -235,6 +236,18 @@ def image_is_missing(image: Any) -> bool:
     return isinstance(image, (str, os.PathLike)) and not Path(os.path.expanduser(os.fspath(image))).is_file()
 
 
+def refuse_missing_references(items: Sequence, entries: list[MetricEntry]) -> None:
+    """An `InputError` naming the metrics that need references when no item has any."""
+    if any(isinstance(item, dict) and item.get("references") for item in items):
+        return
+    needing = [entry.name for entry in entries if entry.spec is not None and entry.spec.capabilities.needs_references]
+    if needing:
+        raise InputError(
+            f"{', '.join(needing)} need references, and none were given: give each item its references (COCO "
+            "annotations, a references column or file), or leave those metrics out"
+        )
+
+
 def item_references(items: list[dict], entries: list[MetricEntry]) -> list[list[str]] | None:
     """One reference list per item, or None when no item has references; a mix, or a metric that needs references
     without them, is an `InputError` naming it."""
@@ -246,14 +259,7 @@ def item_references(items: list[dict], entries: list[MetricEntry]) -> list[list[
             "item references, or none"
         )
     if not any(given):
-        needing = [
-            entry.name for entry in entries if entry.spec is not None and entry.spec.capabilities.needs_references
-        ]
-        if needing:
-            raise InputError(
-                f"{', '.join(needing)} need references, and none were given: give each item its references (COCO "
-                "annotations, a references column or file), or leave those metrics out"
-            )
+        refuse_missing_references(items, entries)
         return None
     references = []
     for item in items:
@@ -452,6 +458,7 @@ def evaluate_captions(
     entries = parse_metrics(metrics)
     models = [entry for entry in entries if not entry.is_ngram]
     ngrams = [entry for entry in entries if entry.is_ngram]
+    refuse_missing_references(items, entries)  # before any row is checked: no row can fix it
     kept, skipped = check_items(items, duplicates, skip, needs_images=bool(models))
     references = item_references(kept, entries)
     notes = []
