@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..evaluation.captions import DEFAULT_METRICS, DUPLICATE_POLICIES, SKIP_POLICIES
-from .arguments import add_example, add_long_captions_argument, positive_int
+from .arguments import add_device_arguments, add_example, add_long_captions_argument, positive_int
 
 logger = logging.getLogger("pacs_pp")
 
@@ -53,7 +53,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated metrics (default: %(default)s)"
     )
     parser.add_argument("--output", "-o", type=Path, help="write corpus scores, per-item rows, signatures (.json/.csv)")
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda', 'cuda:1', ...")
+    add_device_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     add_long_captions_argument(parser)
     parser.add_argument(
@@ -141,6 +141,7 @@ def run(args: argparse.Namespace):
             items,
             metrics,
             device=args.device,
+            dtype=None if args.dtype == "fp32" else args.dtype,
             batch_size=args.batch_size,
             long_captions=args.long_captions,
             duplicates=args.duplicates,

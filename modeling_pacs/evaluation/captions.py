@@ -443,8 +443,10 @@ def evaluate_captions(
             reference-based models).
         metrics: n-gram metrics (`bleu`, `meteor`, `rouge_l`, `cider`, `spice`) and anything `load_model` accepts
             (an alias such as `pac_s_pp_vit_b32`, a tiny alias such as `tiny:clip_s`, a Hub id, a directory).
-        device, dtype, batch_size, long_captions: as for `pacs-score` (`batch_size` images per encoder batch, 4x as
-            many texts).
+        device: as `load_model` takes it (`"cpu"`, `"cuda"`, `"auto"`; None: CUDA when present).
+        dtype: None or `"fp32"` for the reference numbers, `"fp16"` / `"bf16"` where a model allows them.
+        batch_size: images per encoder batch (4x as many texts), as `pacs-score --batch-size`.
+        long_captions: `"truncate"` (the official code) or `"chunks"` (docs/guides/long-captions.md).
         duplicates: `"error"` (several items for one image id are refused) or `"separate"` (each row its own item).
         skip: `"empty_captions"`, `"missing_images"`: skip such rows (counted) instead of refusing them.
         progress: a bar per metric with an ETA (None: when stderr is a terminal; False: none).
