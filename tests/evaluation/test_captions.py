@@ -6,6 +6,7 @@ The Java-based steps (PTB tokenizer, METEOR) start slowly: one evaluation and on
 assertion (module-scoped fixtures)."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import shutil
@@ -21,8 +22,12 @@ from modeling_pacs.evaluation.coco_results import read_coco_results
 from modeling_pacs.signatures import package_version
 from tests.fixtures.helpers import random_image
 
-JAVA = shutil.which("java") is not None
-needs_java = pytest.mark.skipif(not JAVA, reason="no Java: pycocoevalcap's PTB tokenizer and METEOR run on Java")
+PYCOCOEVALCAP = importlib.util.find_spec("pycocoevalcap") is not None
+needs_pycocoevalcap = pytest.mark.skipif(not PYCOCOEVALCAP, reason="pycocoevalcap (the captioning extra) missing")
+JAVA = shutil.which("java") is not None and PYCOCOEVALCAP
+needs_java = pytest.mark.skipif(
+    not JAVA, reason="no Java (or no pycocoevalcap): pycocoevalcap's PTB tokenizer and METEOR run on Java"
+)
 MODELS = ("tiny", "tiny:clip_s", "tiny:polos")
 NGRAMS = ("bleu", "meteor", "rouge_l", "cider")
 IMAGE_IDS = (3, 7, 11, 19, 23)  # ascending, in the annotations' order: COCOEvalCap's (and SPICE's) order
@@ -231,6 +236,7 @@ def test_bad_items_are_errors_naming_them():
         evaluate_captions(items_of({11: {"references": []}}), ["rouge_l"])
 
 
+@needs_pycocoevalcap
 def test_spice_without_its_jars_says_which_file_where_and_how_to_skip(monkeypatch):
     monkeypatch.setattr(captions_module, "java_available", lambda: True)
     monkeypatch.setattr(captions_module, "CORENLP_JARS", ("stanford-corenlp-0.0.0.jar",))
@@ -239,6 +245,7 @@ def test_spice_without_its_jars_says_which_file_where_and_how_to_skip(monkeypatc
         evaluate_captions(items_of(), ["bleu", "spice"])
 
 
+@needs_pycocoevalcap
 def test_skips_are_counted_and_no_java_skips_the_ngram_metrics(coco_files, monkeypatch, caplog):
     folder = coco_files[0]
     monkeypatch.setattr(captions_module, "java_available", lambda: False)
