@@ -292,3 +292,41 @@ def test_command_errors_are_one_line(coco_files, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["evaluate-captions", "--results", str(results_file), "--metrics", "bleu,nope"])
     assert "unknown metric 'nope'" in str(exit_info.value)
+
+
+def test_each_image_is_decoded_once_per_chunk_for_every_model(coco_files, monkeypatch):
+    import PIL.Image
+
+    folder = coco_files[0]
+    paths = [str(folder / "images" / "COCO_val2014_000000000003.png"),
+             str(folder / "images" / "COCO_val2014_000000000007.jpg")]  # fmt: skip
+    captions = ["a surfer", "two dogs", "a wave", "dogs", "the sea", "a lawn"]
+    items = [{"image_id": row, "image": paths[row % 2], "caption": caption, "references": ["a photo"]}
+             for row, caption in enumerate(captions)]  # fmt: skip
+    opened = []
+    original_open = PIL.Image.open
+    monkeypatch.setattr(
+        PIL.Image, "open", lambda *args, **kwargs: opened.append(args[0]) or original_open(*args, **kwargs)
+    )
+    whole = evaluate_captions(items, ["tiny:clip_s", "tiny"], progress=False, device="cpu")
+    assert sorted(opened) == sorted(paths)  # two models, six items: each file decoded once
+    opened.clear()
+    chunked = evaluate_captions(items, ["tiny:clip_s", "tiny"], progress=False, device="cpu", chunk_size=4)
+    assert sorted(opened) == sorted(paths * 2)  # once per chunk
+    for column, value in whole.corpus.items():
+        assert chunked.corpus[column] == pytest.approx(value, abs=1e-6)
+        assert [item[column] for item in chunked.items] == pytest.approx([item[column] for item in whole.items],
+                                                                          abs=1e-6)  # fmt: skip
+
+
+@needs_java
+def test_csv_output_has_the_items_and_a_corpus_row(coco_files, tmp_path):
+    import csv
+
+    _, results_file, annotations_file = coco_files
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["evaluate-captions", "--results", str(results_file), "--annotations", str(annotations_file),
+              "--metrics", "rouge_l", "--output", str(tmp_path / "report.csv"), "--no-progress"])  # fmt: skip
+    rows = list(csv.DictReader((tmp_path / "report.csv").open()))
+    assert [row["image_id"] for row in rows] == [*map(str, RESULTS), "CORPUS"]
+    assert list(rows[0]) == ["image_id", "caption", "ROUGE_L"]
