@@ -39,12 +39,12 @@ its own item.
 
 
 def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.epilog = EPILOG
     add_example(
         parser,
         "pacs-pp evaluate-captions --results results.json --annotations captions_val2014.json --images val2014 "
         "--output report.json",
     )
-    parser.epilog = EPILOG + parser.epilog
     parser.add_argument("--results", type=Path, required=True, help="captions to evaluate (see inputs below)")
     parser.add_argument("--annotations", type=Path, help="COCO captions file: references and image file names")
     parser.add_argument("--images", type=Path, help="image folder (default: the annotations' or results' folder)")

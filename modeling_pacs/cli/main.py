@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate = commands.add_parser(
         "evaluate-captions",
         help="BLEU, METEOR, ROUGE-L, CIDEr, SPICE and model metrics of a results file, with signatures",
-        description="Every metric a captioning paper reports, from one results file: a markdown table of corpus "
+        description="Every metric a captioning paper reports, from one results file: a markdown table of corpus\n"
         "scores with a reproducibility signature per metric, and per-item rows (--output).",
     )
     evaluate_captions.build_parser(evaluate)
