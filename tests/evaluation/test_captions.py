@@ -56,7 +56,9 @@ def coco_files(tmp_path_factory):
     images = []
     for index, image_id in enumerate(IMAGE_IDS):
         name = f"COCO_val2014_{image_id:012d}.{'jpg' if index % 2 else 'png'}"
-        random_image(index, (64 + 16 * index, 48 + 8 * index)).save(folder / "images" / name)
+        # a palette and a grayscale PNG among RGB files: the shared decoding keeps each file's mode for the models
+        mode = {0: "P", 2: "L"}.get(index, "RGB")
+        random_image(index, (64 + 16 * index, 48 + 8 * index), mode=mode).save(folder / "images" / name)
         images.append({"id": image_id, "file_name": name, "height": 48, "width": 64})
     annotations = [{"id": 100 * image_id + n, "image_id": image_id, "caption": caption}
                    for image_id, references in REFERENCES.items() for n, caption in enumerate(references)]  # fmt: skip
