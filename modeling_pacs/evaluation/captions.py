@@ -54,7 +54,7 @@ NGRAM_METRICS = {name: spec for name, spec in METRICS.items() if spec.scorer}
 SKIP_POLICIES = ("empty_captions", "missing_images")
 DUPLICATE_POLICIES = ("error", "separate")
 # Items decoded and scored together: each image is decoded once per chunk, and only a chunk's images are in memory.
-CHUNK_SIZE = 1024
+CHUNK_SIZE = 256
 # SPICE's parser: pycocoevalcap downloads these on first use (`spice/get_stanford_models.py`).
 CORENLP_ZIP = "http://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-09.zip"
 CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
