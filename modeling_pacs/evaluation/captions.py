@@ -16,7 +16,8 @@ Policies (nothing is dropped silently: `CaptionEvaluation.skipped` and the table
 | a missing image (model metrics only) | `InputError` naming the rows; `skip=("missing_images",)` drops them (counted) |
 | several items for one `image_id` | `InputError` naming the ids (pycocoevalcap scores one caption per image) |
 | the same, `duplicates="separate"` | each row its own item; CIDEr's document frequencies count the image per row |
-| no Java | the n-gram metrics (the PTB tokenizer, METEOR and SPICE run on Java) are skipped with one logged line |
+| no Java (`java -version` fails) | the n-gram metrics (PTB tokenizer, METEOR, SPICE: Java) skipped, one logged line |
+| a pycocoevalcap step fails (Java exits, its folder is read-only) | `ExternalMetricError` naming the step |
 | SPICE's CoreNLP jars missing | `MissingExtraError` naming the files, where they go and how to leave SPICE out |
 
 Example:
@@ -37,12 +38,13 @@ import logging
 import math
 import os
 import shutil
+import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, MissingExtraError, UnknownModelError
+from ..errors import InputError, MissingExtraError, PacsError, UnknownModelError
 from ..metric_spec import MetricSpec, resolve
 from ..registry import METRICS, RELEASES, model_choices, parse_tiny_alias, spec_for_model_type
 
@@ -272,7 +274,14 @@ def item_references(items: list[dict], entries: list[MetricEntry]) -> list[list[
 
 # ---------------------------------------------------------------------------------------------------- n-gram metrics
 def java_available() -> bool:
-    return shutil.which("java") is not None
+    """Whether `java -version` runs (a `java` on PATH that cannot start counts as none)."""
+    java = shutil.which("java")
+    if java is None:
+        return False
+    try:
+        return subprocess.run([java, "-version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def check_spice_models() -> None:
@@ -290,6 +299,24 @@ def check_spice_models() -> None:
         )
 
 
+class ExternalMetricError(PacsError):
+    """A pycocoevalcap step failed (its Java program, or a file it writes beside its code); the message names the
+    step and the metrics to leave out."""
+
+
+@contextlib.contextmanager
+def external_program(step: str, metrics: str):
+    """Turn the failure of a pycocoevalcap step (Java exiting, a read of its empty output, a file it cannot write in
+    its own folder) into one `ExternalMetricError` naming it, instead of a traceback from inside pycocoevalcap."""
+    try:
+        yield
+    except (OSError, ValueError, AssertionError, subprocess.SubprocessError) as error:
+        raise ExternalMetricError(
+            f"{step} failed ({type(error).__name__}: {error}): check that `java -version` runs and that "
+            f"pycocoevalcap's folder is writable, or leave {metrics} out of the metrics"
+        ) from error
+
+
 def tokenize(items: list[dict], references: list[list[str]]) -> tuple[dict, dict]:
     """The references and candidates, PTB-tokenised as the COCO caption evaluation does (lower case, punctuation
     removed), keyed by item position; one Java run for both (the tokenizer reads each line on its own)."""
@@ -297,13 +324,15 @@ def tokenize(items: list[dict], references: list[list[str]]) -> tuple[dict, dict
 
     captions = {("references", index): [{"caption": ref} for ref in refs] for index, refs in enumerate(references)}
     captions |= {("candidate", index): [{"caption": item["caption"]}] for index, item in enumerate(items)}
-    tokenized = PTBTokenizer().tokenize(captions)
+    with external_program("the PTB tokenizer (pycocoevalcap)", "the n-gram metrics"):
+        tokenized = PTBTokenizer().tokenize(captions)
     wrong = [key for key, value in captions.items() if len(tokenized.get(key, ())) != len(value)]
     if wrong:  # a line break character the tokenizer reads as a new line would shift every later caption
         kind, index = wrong[0]
         raise InputError(
-            f"the PTB tokenizer misread item {items[index]['row']}'s {kind} (a line or paragraph separator in the "
-            "text?): replace such characters with spaces"
+            f"the PTB tokenizer (Java) returned {sum(map(len, tokenized.values()))} lines for "
+            f"{sum(map(len, captions.values()))} captions, from item {items[index]['row']}'s {kind} on (a line or "
+            "paragraph separator in the text?): replace such characters with spaces"
         )
     gts = {index: tokenized[("references", index)] for index in range(len(items))}
     res = {index: tokenized[("candidate", index)] for index in range(len(items))}
@@ -320,7 +349,8 @@ def score_ngrams(entries: list[MetricEntry], gts: dict, res: dict, progress: boo
         with tqdm(
             total=len(res), desc=entry.name, unit="caption", disable=None if progress is None else not progress
         ) as bar:
-            with contextlib.redirect_stdout(io.StringIO()):  # BLEU prints its counts; stdout is the table's
+            # BLEU prints its counts, and stdout is the table's
+            with contextlib.redirect_stdout(io.StringIO()), external_program(spec.scorer, entry.name):
                 scorer = resolve(spec.scorer)()
                 score, scores = scorer.compute_score(gts, res)
             bar.update(len(res))
@@ -470,9 +500,9 @@ def evaluate_captions(
         require("pycocoevalcap", "captioning", "The n-gram metrics (BLEU, METEOR, ROUGE-L, CIDEr, SPICE)")
         if not java_available():
             note = (
-                f"warning: Java not found, so {', '.join(entry.name for entry in ngrams)} were skipped (the PTB "
-                "tokenizer, METEOR and SPICE run on Java): install a Java runtime (Debian: apt-get install "
-                "default-jre-headless)"
+                f"warning: no working Java (`java -version`), so {', '.join(entry.name for entry in ngrams)} were "
+                "skipped (the PTB tokenizer, METEOR and SPICE run on Java): install a Java runtime (Debian: "
+                "apt-get install default-jre-headless)"
             )
             logger.warning(note.removeprefix("warning: "))
             notes.append(note)

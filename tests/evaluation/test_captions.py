@@ -9,6 +9,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -248,9 +249,11 @@ def test_spice_without_its_jars_says_which_file_where_and_how_to_skip(monkeypatc
 
 
 @needs_pycocoevalcap
-def test_skips_are_counted_and_no_java_skips_the_ngram_metrics(coco_files, monkeypatch, caplog):
+def test_skips_are_counted_and_no_java_skips_the_ngram_metrics(coco_files, monkeypatch, caplog, tmp_path):
     folder = coco_files[0]
-    monkeypatch.setattr(captions_module, "java_available", lambda: False)
+    (tmp_path / "java").write_text("#!/bin/sh\nexit 1\n")  # a java on PATH that does not run
+    (tmp_path / "java").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     items = [{**item, "image": str(folder / "images" / "COCO_val2014_000000000003.png")} for item in items_of()]
     items[1]["caption"] = ""
     items[2]["image"] = str(folder / "missing.png")
@@ -262,7 +265,7 @@ def test_skips_are_counted_and_no_java_skips_the_ngram_metrics(coco_files, monke
     assert list(result.signatures) == ["tiny:clip_s"]
     footer = result.footer()
     assert footer.startswith("2 items scored, 2 rows skipped (1 empty captions, 1 missing images)")
-    assert "Java not found, so bleu, cider were skipped" in footer
+    assert "no working Java (`java -version`), so bleu, cider were skipped" in footer
     assert [record.message for record in caplog.records if "Java" in record.message] == [
         footer.splitlines()[1].removeprefix("warning: ")
     ]
@@ -332,3 +335,17 @@ def test_csv_output_has_the_items_and_a_corpus_row(coco_files, tmp_path):
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
     assert [row["image_id"] for row in rows] == [*map(str, RESULTS), "CORPUS"]
     assert list(rows[0]) == ["image_id", "caption", "ROUGE_L"]
+
+
+@needs_pycocoevalcap
+def test_a_failing_pycocoevalcap_step_is_one_error_naming_it(monkeypatch):
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    def unwritable(self, captions):
+        raise PermissionError(13, "Permission denied", "site-packages/pycocoevalcap/tokenizer/tmpab12")
+
+    monkeypatch.setattr(captions_module, "java_available", lambda: True)
+    monkeypatch.setattr(PTBTokenizer, "tokenize", unwritable)
+    with pytest.raises(captions_module.ExternalMetricError, match=r"^the PTB tokenizer \(pycocoevalcap\) failed "
+                       r"\(PermissionError: .*tmpab12'\).*leave the n-gram metrics out"):  # fmt: skip
+        evaluate_captions(items_of(), ["bleu"])
