@@ -24,6 +24,8 @@ inputs:
   --results FILE [--references FILE] [--images DIR]
       pacs-score's formats (.json mapping, .jsonl, .csv; references in the file or a --references JSON); image
       paths relative to --images (default: the file's folder); the image path is the image id
+  --results DIR
+      a local datasets folder (save_to_disk) with columns image, caption and optionally references, image_id
 
 metrics (--metrics, comma-separated; default {",".join(DEFAULT_METRICS)}):
   n-gram metrics: bleu (Bleu_1..Bleu_4), meteor, rouge_l, cider, spice: pycocoevalcap's scorers on PTB-tokenised
@@ -76,7 +78,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def read_inputs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     """The items of `--results` (with `--annotations`: COCO; without: pacs-score's formats) and notes for the footer."""
     if args.annotations is not None:
-        from ..evaluation.coco_results import read_coco_results
+        from ..evaluation.caption_inputs import read_coco_results
 
         if args.references is not None:
             raise InputError("--references is for pacs-score's formats: with --annotations, the references are theirs")
@@ -87,6 +89,12 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
         return coco.items, notes
     from ..caption_files import attach_references, read_items
 
+    if args.results.is_dir():
+        from ..evaluation.caption_inputs import read_dataset_folder
+
+        if args.references is not None:
+            raise InputError("--references is for pacs-score's formats: a datasets folder has a references column")
+        return read_dataset_folder(args.results), []
     if not args.results.is_file():
         raise InputError(f"--results file '{args.results}' does not exist")
     if args.results.suffix.lower() == ".json" and args.results.read_text(encoding="utf-8-sig").lstrip()[:1] == "[":

@@ -18,8 +18,8 @@ import pytest
 from modeling_pacs.cli import main, score_main
 from modeling_pacs.errors import InputError, MissingExtraError, UnknownModelError
 from modeling_pacs.evaluation import captions as captions_module
+from modeling_pacs.evaluation.caption_inputs import read_coco_results
 from modeling_pacs.evaluation.captions import evaluate_captions, parse_metrics
-from modeling_pacs.evaluation.coco_results import read_coco_results
 from modeling_pacs.signatures import package_version
 from tests.fixtures.helpers import random_image
 
@@ -349,3 +349,25 @@ def test_a_failing_pycocoevalcap_step_is_one_error_naming_it(monkeypatch):
     with pytest.raises(captions_module.ExternalMetricError, match=r"^the PTB tokenizer \(pycocoevalcap\) failed "
                        r"\(PermissionError: .*tmpab12'\).*leave the n-gram metrics out"):  # fmt: skip
         evaluate_captions(items_of(), ["bleu"])
+
+
+def test_a_datasets_folder_gives_the_scores_of_its_image_files(coco_files, tmp_path):
+    import datasets
+
+    folder = coco_files[0]
+    paths = sorted(str(path) for path in (folder / "images").iterdir())[:3]
+    columns = {"image_id": [10, 20, 30], "image": paths, "caption": ["a photo", "a dog", "a red bus"],
+               "references": [["a picture"], ["two dogs"], ["a bus"]]}  # fmt: skip
+    datasets.Dataset.from_dict(columns).cast_column("image", datasets.Image()).save_to_disk(str(tmp_path / "ds"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["evaluate-captions", "--results", str(tmp_path / "ds"), "--metrics", "tiny:clip_s", "--output",
+              str(tmp_path / "report.json"), "--no-progress", "--device", "cpu"])  # fmt: skip
+    report = json.loads((tmp_path / "report.json").read_text())
+    items = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    expected = evaluate_captions(items, ["tiny:clip_s"], progress=False, device="cpu")
+    assert [item["image_id"] for item in report["items"]] == [10, 20, 30]
+    for column, value in expected.corpus.items():
+        assert report["corpus"][column] == pytest.approx(value, abs=1e-6)
+    with pytest.raises(SystemExit, match="holds several splits: pass the folder of one"):
+        datasets.DatasetDict({"val": datasets.Dataset.from_dict(columns)}).save_to_disk(str(tmp_path / "dd"))
+        main(["evaluate-captions", "--results", str(tmp_path / "dd"), "--metrics", "tiny:clip_s"])

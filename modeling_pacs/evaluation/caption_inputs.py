@@ -1,4 +1,6 @@
-"""COCO caption results and annotations -> the items of `evaluate_captions`.
+"""The inputs of `pacs-pp evaluate-captions` -> the items of `evaluate_captions`: COCO caption results with their
+annotations (`read_coco_results`), or a local `datasets` folder (`read_dataset_folder`); pacs-score's own formats are
+read by `caption_files.read_items`.
 
 A results file is what captioning codebases write for the COCO evaluation server: `[{"image_id": 42, "caption":
 "..."}, ...]`. The annotations are a COCO captions file (`captions_val2014.json`, nocaps: `images` with `id` and
@@ -99,4 +101,27 @@ def read_coco_results(results: Path, annotations: Path, images: Path | None) -> 
     return CocoCaptions(items, sum(1 for image_id in annotated if image_id not in scored))
 
 
-__all__ = ["CocoCaptions", "read_annotations", "read_coco_results"]
+def read_dataset_folder(folder: Path) -> list[dict]:
+    """The rows of a `datasets` folder (`Dataset.save_to_disk`) with columns `image` (a `datasets.Image` or a path),
+    `caption`, and optionally `references` (a list of strings) and `image_id` (default: the row number). Images stay
+    undecoded (`{"bytes", "path"}`) until the evaluation decodes each once."""
+    import datasets
+
+    from ..corpus_scoring import undecoded_images
+
+    try:
+        dataset = datasets.load_from_disk(str(folder))
+    except (FileNotFoundError, ValueError) as error:
+        raise InputError(f"{folder}: not a datasets folder saved with save_to_disk ({error})") from None
+    if isinstance(dataset, datasets.DatasetDict):
+        splits = ", ".join(f"{folder / split}" for split in dataset)
+        raise InputError(f"{folder} holds several splits: pass the folder of one ({splits})")
+    missing = [column for column in ("image", "caption") if column not in dataset.column_names]
+    if missing:
+        raise InputError(f"{folder}: the dataset lacks the column(s) {missing} (it has {dataset.column_names})")
+    dataset = undecoded_images(dataset, "image")
+    return [{"image_id": row.get("image_id", index), "image": row["image"], "caption": row["caption"],
+             "references": row.get("references")} for index, row in enumerate(dataset)]  # fmt: skip
+
+
+__all__ = ["CocoCaptions", "read_annotations", "read_coco_results", "read_dataset_folder"]
