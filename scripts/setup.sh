@@ -4,6 +4,7 @@
 # Usage: bash scripts/setup.sh            (library, CLI, training, generation, video, demo, benchmarks, SigLIP, Pearl,
 #                                          captioning)
 #        bash scripts/setup.sh --tests    (also the test tools and, as root, Debian's headless Chromium)
+# As root, Debian's default-jre-headless too (Java: the COCO caption metrics), when no java is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -17,6 +18,15 @@ fi
 # The original OpenAI CLIP and open_clip code (tests compare against both, loading their files by path);
 # --no-deps: they ask for torchvision (and timm), which have no CPU build matching this torch and are not needed.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps openai-clip==1.0.1 open_clip_torch==3.3.0
+# Java runs pycocoevalcap's PTB tokenizer, METEOR and SPICE (pacs-pp evaluate-captions, the system report).
+if ! command -v java >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends default-jre-headless >/dev/null
+  else
+    echo "setup.sh: install a Java runtime (Debian: default-jre-headless) for BLEU/METEOR/ROUGE-L/CIDEr/SPICE" >&2
+  fi
+fi
 if [ "${1:-}" = "--tests" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..logs import quiet_library_loading, setup_command_logging
 from ..output_paths import check_output_directory
 from ..registry import TINY_BACKBONES, TINY_SEED, TINY_VARIANTS, parse_tiny_alias, tiny_alias
-from . import convert
+from . import convert, evaluate_captions
 from .arguments import add_example, add_verbose_argument
 from .convert import CONVERTERS
 from .errors import reports_errors
@@ -78,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="evaluate's modules cache (default: $HF_MODULES_CACHE, i.e. $HF_HOME/modules)",
     )
+    evaluate = commands.add_parser(
+        "evaluate-captions",
+        help="BLEU, METEOR, ROUGE-L, CIDEr, SPICE and model metrics of a results file, with signatures",
+        description="Every metric a captioning paper reports, from one results file: a markdown table of corpus\n"
+        "scores with a reproducibility signature per metric, and per-item rows (--output).",
+    )
+    evaluate_captions.build_parser(evaluate)
     return parser
 
 
@@ -108,6 +115,9 @@ def run_command(prog: str, args: argparse.Namespace):
         print(f"tiny {args.backbone} {args.variant} model (random weights) saved to {args.output}")
     elif args.command in CONVERTERS:
         return convert.run(args.command, args)
+    elif args.command == "evaluate-captions":
+        with reports_errors(prog, OSError, ValueError):
+            evaluate_captions.run(args)
     elif args.command == "register-metric":
         from ..metric_module.registration import register_metric
 

@@ -21,6 +21,7 @@ TRAINER_COMMANDS = {"scripts/train_pacs.py", "scripts/train_pearl.py", "scripts/
 OUTPUT_FILE_COMMANDS = {
     "pacs-score",
     "pacs-pp score",
+    "pacs-pp evaluate-captions",
     "scripts/space_screenshot.py",
     "scripts/pretrain_pearl_hadamard.py",
 }

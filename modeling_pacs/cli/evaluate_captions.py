@@ -1,0 +1,167 @@
+"""`pacs-pp evaluate-captions`: every metric a captioning paper reports, from one results file, in one run.
+
+Prints a markdown table of the corpus scores on stdout, the reproducibility signature of each metric below it and a
+footer counting the scored items and anything skipped; `--output` writes the corpus scores, per-item rows and
+signatures (JSON) or the per-item rows and a CORPUS row (CSV). The work is `evaluation/captions.py`.
+"""
+
+import argparse
+import logging
+from pathlib import Path
+
+from ..errors import InputError
+from ..evaluation.captions import DEFAULT_METRICS, DUPLICATE_POLICIES, SKIP_POLICIES
+from .arguments import add_device_arguments, add_example, add_long_captions_argument, positive_int
+
+logger = logging.getLogger("pacs_pp")
+
+OUTPUT_SUFFIXES = (".json", ".csv")
+EPILOG = f"""
+inputs:
+  --results FILE --annotations FILE --images DIR
+      a COCO results file [{{"image_id": 42, "caption": "..."}}, ...] with a COCO captions file
+      (captions_val2014.json, nocaps; or Karpathy's dataset_coco.json) and the folder of its images
+  --results FILE [--references FILE] [--images DIR]
+      pacs-score's formats (.json mapping, .jsonl, .csv; references in the file or a --references JSON); image
+      paths relative to --images (default: the file's folder); the image path is the image id
+  --results DIR
+      a local datasets folder (save_to_disk) with columns image, caption and optionally references, image_id
+
+metrics (--metrics, comma-separated; default {",".join(DEFAULT_METRICS)}):
+  n-gram metrics: bleu (Bleu_1..Bleu_4), meteor, rouge_l, cider, spice: pycocoevalcap's scorers on PTB-tokenised
+  captions, the COCO caption evaluation's numbers (Java needed; without it they are skipped with a warning)
+  model metrics: anything --model of pacs-score accepts (alias, tiny alias, Hub id, directory); columns
+  ENTRY/score, ENTRY/ref_score, ...
+
+bad input: an unknown metric, a result whose id is not annotated, a metric that needs references without any, an
+empty caption, a missing image and several captions for one image id are errors naming them; --skip
+empty-captions,missing-images skips such rows (counted in the footer) and --duplicates separate scores each row as
+its own item.
+"""
+
+
+def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.epilog = EPILOG
+    add_example(
+        parser,
+        "pacs-pp evaluate-captions --results results.json --annotations captions_val2014.json --images val2014 "
+        "--output report.json",
+    )
+    parser.add_argument("--results", type=Path, required=True, help="captions to evaluate (see inputs below)")
+    parser.add_argument("--annotations", type=Path, help="COCO captions file: references and image file names")
+    parser.add_argument("--images", type=Path, help="image folder (default: the annotations' or results' folder)")
+    parser.add_argument("--references", type=Path, help="pacs-score formats: JSON {image_path: [references]}")
+    parser.add_argument(
+        "--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated metrics (default: %(default)s)"
+    )
+    parser.add_argument("--output", "-o", type=Path, help="write corpus scores, per-item rows, signatures (.json/.csv)")
+    add_device_arguments(parser)
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
+    add_long_captions_argument(parser)
+    parser.add_argument(
+        "--duplicates",
+        choices=DUPLICATE_POLICIES,
+        default="error",
+        help="several captions for one image id: an error (default), or each row scored as its own item",
+    )
+    parser.add_argument(
+        "--skip",
+        default="",
+        help=f"comma-separated: {', '.join(policy.replace('_', '-') for policy in SKIP_POLICIES)}: skip such rows "
+        "(counted in the footer) instead of stopping",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    parser.add_argument("--verbose", action="store_true", help="also show the libraries' own logs and warnings")
+    return parser
+
+
+def read_inputs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """The items of `--results` (with `--annotations`: COCO; without: pacs-score's formats) and notes for the footer."""
+    if args.annotations is not None:
+        from ..evaluation.caption_inputs import read_coco_results
+
+        if args.references is not None:
+            raise InputError("--references is for pacs-score's formats: with --annotations, the references are theirs")
+        coco = read_coco_results(args.results, args.annotations, args.images)
+        notes = []
+        if coco.unmatched_images:
+            notes.append(f"{coco.unmatched_images} annotated images have no result and were not evaluated")
+        return coco.items, notes
+    from ..caption_files import attach_references, read_items
+
+    if args.results.is_dir():
+        from ..evaluation.caption_inputs import read_dataset_folder
+
+        if args.references is not None:
+            raise InputError("--references is for pacs-score's formats: a datasets folder has a references column")
+        return read_dataset_folder(args.results), []
+    if not args.results.is_file():
+        raise InputError(f"--results file '{args.results}' does not exist")
+    if args.results.suffix.lower() == ".json" and args.results.read_text(encoding="utf-8-sig").lstrip()[:1] == "[":
+        raise InputError(f"{args.results} is a COCO results list: give its annotations with --annotations")
+    image_root = args.images or args.results.parent
+    rows = read_items(args.results, image_root)
+    if args.references is not None:
+        attach_references(rows, args.references, image_root)
+    items = [{"image_id": row["image"], "image": row["image_path"], "caption": row["caption"],
+              "references": row.get("references")} for row in rows]  # fmt: skip
+    return items, []
+
+
+def output_text(evaluation, suffix: str) -> str:
+    """JSON: corpus, items, signatures, skipped, notes. CSV: one row per item and a last CORPUS row."""
+    from ..output_paths import strict_json
+
+    if suffix == ".json":
+        return strict_json(evaluation.to_json(), indent=2, ensure_ascii=False) + "\n"
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    fields = list(evaluation.items[0])
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(evaluation.items)
+    writer.writerow({"image_id": "CORPUS", "caption": "", **evaluation.corpus})
+    return buffer.getvalue()
+
+
+def run(args: argparse.Namespace):
+    from ..evaluation.captions import evaluate_captions, parse_metrics
+    from ..jobs import write_text_atomically
+    from ..output_paths import check_output_file
+    from .score import quiet_libraries, quiet_loading
+
+    quiet_libraries(args.verbose)
+    metrics = [name for name in args.metrics.split(",") if name.strip()]
+    parse_metrics(metrics)  # an unknown metric is named before any file is read
+    skip = [policy.strip().replace("-", "_") for policy in args.skip.split(",") if policy.strip()]
+    unknown = sorted(set(skip) - set(SKIP_POLICIES))
+    if unknown:
+        choices = ", ".join(policy.replace("_", "-") for policy in SKIP_POLICIES)
+        raise InputError(f"--skip takes {choices}, got {', '.join(unknown)}")
+    if args.output:
+        inputs = [args.results, args.annotations, args.references]
+        check_output_file(args.output, inputs=inputs, suffixes=OUTPUT_SUFFIXES)
+    items, notes = read_inputs(args)
+    with quiet_loading(args.verbose):
+        evaluation = evaluate_captions(
+            items,
+            metrics,
+            device=args.device,
+            dtype=None if args.dtype == "fp32" else args.dtype,
+            batch_size=args.batch_size,
+            long_captions=args.long_captions,
+            duplicates=args.duplicates,
+            skip=skip,
+            progress=False if args.no_progress else None,
+        )
+    evaluation.notes.extend(notes)
+    print(evaluation.report())
+    if args.output:
+        write_text_atomically(args.output, [output_text(evaluation, args.output.suffix.lower())])
+        print(f"corpus scores, per-item rows and signatures written to {args.output}")
+    return evaluation
+
+
+__all__ = ["build_parser", "run"]
