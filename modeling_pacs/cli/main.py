@@ -11,7 +11,7 @@ from pathlib import Path
 from ..logs import quiet_library_loading, setup_command_logging
 from ..output_paths import check_output_directory
 from ..registry import TINY_BACKBONES, TINY_SEED, TINY_VARIANTS, parse_tiny_alias, tiny_alias
-from . import convert, evaluate_captions
+from . import convert
 from .arguments import add_example, add_verbose_argument
 from .convert import CONVERTERS
 from .errors import reports_errors
@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Every metric a captioning paper reports, from one results file: a markdown table of corpus\n"
         "scores with a reproducibility signature per metric, and per-item rows (--output).",
     )
+    from . import evaluate_captions  # its module reads the evaluation package: not for `pacs-score`
+
     evaluate_captions.build_parser(evaluate)
     return parser
 
@@ -117,6 +119,8 @@ def run_command(prog: str, args: argparse.Namespace):
         return convert.run(args.command, args)
     elif args.command == "evaluate-captions":
         with reports_errors(prog, OSError, ValueError):
+            from . import evaluate_captions
+
             evaluate_captions.run(args)
     elif args.command == "register-metric":
         from ..metric_module.registration import register_metric

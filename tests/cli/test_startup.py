@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# numpy and PIL (~0.1 s together) are not counted: `pacs-pp`'s parser reads evaluate-captions' choices from its module.
-HEAVY = ("torch", "transformers")
+HEAVY = ("torch", "transformers", "numpy", "PIL")
+# `pacs-pp`'s parser reads evaluate-captions' choices from the evaluation package, which brings numpy and PIL (~0.2 s).
+PACS_PP_HEAVY = ("torch", "transformers")
 # Runs a command in-process and, at exit, prints on stderr which heavy modules it imported.
 PROBE = (
     "import atexit, sys\n"
@@ -21,10 +22,10 @@ PROBE = (
 )
 
 
-def run_probe(body: str, tmp_path: Path) -> subprocess.CompletedProcess:
+def run_probe(body: str, tmp_path: Path, heavy: tuple[str, ...] = HEAVY) -> subprocess.CompletedProcess:
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_HUB_OFFLINE="1")
     return subprocess.run(
-        [sys.executable, "-c", PROBE.format(heavy=HEAVY, body=body)],
+        [sys.executable, "-c", PROBE.format(heavy=heavy, body=body)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -72,7 +73,7 @@ def test_pacs_score_answers_without_torch(argv, tmp_path):
     ],
 )
 def test_pacs_pp_help_and_usage_errors_without_torch(argv, tmp_path):
-    result = run_probe(f"from modeling_pacs.cli import main\nmain({argv!r})", tmp_path)
+    result = run_probe(f"from modeling_pacs.cli import main\nmain({argv!r})", tmp_path, PACS_PP_HEAVY)
     assert imported(result) == [], result.stderr
 
 
