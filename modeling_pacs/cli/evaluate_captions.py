@@ -130,7 +130,7 @@ def run(args: argparse.Namespace):
     from ..evaluation.captions import evaluate_captions, parse_metrics
     from ..jobs import write_text_atomically
     from ..output_paths import check_output_file
-    from .score import quiet_libraries, quiet_loading
+    from .score import quiet_libraries
 
     quiet_libraries(args.verbose)
     metrics = [name for name in args.metrics.split(",") if name.strip()]
@@ -144,18 +144,18 @@ def run(args: argparse.Namespace):
         inputs = [args.results, args.annotations, args.references]
         check_output_file(args.output, inputs=inputs, suffixes=OUTPUT_SUFFIXES)
     items, notes = read_inputs(args)
-    with quiet_loading(args.verbose):
-        evaluation = evaluate_captions(
-            items,
-            metrics,
-            device=args.device,
-            dtype=None if args.dtype == "fp32" else args.dtype,
-            batch_size=args.batch_size,
-            long_captions=args.long_captions,
-            duplicates=args.duplicates,
-            skip=skip,
-            progress=False if args.no_progress else None,
-        )
+    # load_model hides the libraries' loading chatter (modeling_pacs/logs.py; --verbose shows it)
+    evaluation = evaluate_captions(
+        items,
+        metrics,
+        device=args.device,
+        dtype=None if args.dtype == "fp32" else args.dtype,
+        batch_size=args.batch_size,
+        long_captions=args.long_captions,
+        duplicates=args.duplicates,
+        skip=skip,
+        progress=False if args.no_progress else None,
+    )
     evaluation.notes.extend(notes)
     print(evaluation.report())
     if args.output:
