@@ -476,7 +476,8 @@ def evaluate_captions(
         device: as `load_model` takes it (`"cpu"`, `"cuda"`, `"auto"`; None: CUDA when present).
         dtype: None or `"fp32"` for the reference numbers, `"fp16"` / `"bf16"` where a model allows them.
         batch_size: images per encoder batch (4x as many texts), as `pacs-score --batch-size`.
-        long_captions: `"truncate"` (the official code) or `"chunks"` (docs/guides/long-captions.md).
+        long_captions: `"truncate"` (the official code) or `"chunks"`
+            ([docs/guides/long-captions.md](../guides/long-captions.md)).
         duplicates: `"error"` (several items for one image id are refused) or `"separate"` (each row its own item).
         skip: `"empty_captions"`, `"missing_images"`: skip such rows (counted) instead of refusing them.
         progress: a bar per metric with an ETA (None: when stderr is a terminal; False: none).

@@ -53,7 +53,7 @@ def test_pacs_score_with_a_polos_directory(engine, polos_dir, image_folder, tmp_
 
     no_references = tmp_path / "plain.jsonl"
     no_references.write_text(json.dumps({"image": images[0], "caption": "a cat"}) + "\n")
-    with pytest.raises(SystemExit, match="Polos is a reference-based metric and has no reference-free mode"):
+    with pytest.raises(SystemExit, match="Polos scores a caption against references, and none of the 1 items has any"):
         score_main([str(no_references), "--model", str(polos_dir)])
 
 

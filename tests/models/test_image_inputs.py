@@ -439,6 +439,11 @@ ALLOWED_DECODING = {
     ("modeling_pacs/encoders/base.py", "np.asarray(image"): (1, "the pixels of an image load_image returned"),
     ("modeling_pacs/captioning/grpo.py", "Image.fromarray("): (1, "random uint8 smoke images it makes, not inputs"),
     ("space/app.py", "Image.open("): (1, "the header only, for the size limits, before load_image decodes it"),
+    ("modeling_pacs/evaluation/captions.py", "Image.open("): (
+        1,
+        "evaluate-captions decodes each file once per chunk and hands the PIL image, in the file's own mode, to every "
+        "model, whose load_image validates and converts it as it would the path (scores equal pacs-score's, 1e-6)",
+    ),
     ("modeling_pacs/data/validation.py", "Image.open("): (
         1,
         "training data's up-front decodability check (a reduced JPEG draft decode whose pixels are discarded); "
