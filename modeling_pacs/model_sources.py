@@ -66,11 +66,11 @@ def ways_out(name: str, offline: bool = False) -> str:
     if release is not None:
         spec, variant = release
         converter = spec.converters[0].command if spec.converters else "convert"
-        convert = f"`pacs-pp {converter} --checkpoint FILE --variant {variant.alias} --output DIR`"
+        convert = f"`pacs-pp {converter} --checkpoint FILE --variant {variant.alias} --output-dir DIR`"
         if converter != "convert":
-            convert = f"`pacs-pp {converter} --checkpoint FILE --output DIR`"
+            convert = f"`pacs-pp {converter} --checkpoint FILE --output-dir DIR`"
     else:
-        convert = "`pacs-pp convert --checkpoint FILE --variant ALIAS --output DIR`"
+        convert = "`pacs-pp convert --checkpoint FILE --variant ALIAS --output-dir DIR`"
     cached_copy = (
         "put a copy in the local Hugging Face cache (`hf download REPO_ID` on a machine with internet, then copy "
         "$HF_HOME)"

@@ -101,7 +101,7 @@ def test_offline_hub_id_fails_after_one_attempt_with_the_ways_out(online, monkey
         f"({CLOSED_PORT}) could not be reached (ConnectError"
     )
     assert "set HF_HUB_OFFLINE=1 to use a copy in the local Hugging Face cache" in message
-    assert "`pacs-pp convert --checkpoint FILE --variant ALIAS --output DIR`" in message
+    assert "`pacs-pp convert --checkpoint FILE --variant ALIAS --output-dir DIR`" in message
     assert "docs/guides/converting-checkpoints.md" in message
     assert isinstance(error.value, OSError)  # callers that caught the loaders' OSError still do
 
@@ -131,7 +131,7 @@ def test_default_model_offline_names_its_conversion(monkeypatch, tmp_path):
         "model 'pac_s_pp_vit_b32' (pacs-pp/pac-s-pp-clip-vit-b32) is not in the local Hugging Face cache, and "
         "HF_HUB_OFFLINE=1 forbids downloading it"
     )
-    assert "`pacs-pp convert --checkpoint FILE --variant pac_s_pp_vit_b32 --output DIR`" in message
+    assert "`pacs-pp convert --checkpoint FILE --variant pac_s_pp_vit_b32 --output-dir DIR`" in message
     assert "'tiny'" in message and "scripts/" not in message
 
 

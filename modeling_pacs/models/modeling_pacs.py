@@ -183,7 +183,7 @@ def missing_weights_message(name_or_path: str) -> str:
     return (
         f"could not load PAC-S++ model: {problem}. To get weights: download a Hub repository on a machine with "
         "internet (`hf download REPO_ID --local-dir DIR`) and pass DIR; or convert "
-        "an official checkpoint with `pacs-pp convert --checkpoint FILE --variant ... --output DIR` (pip install "
+        "an official checkpoint with `pacs-pp convert --checkpoint FILE --variant ... --output-dir DIR` (pip install "
         "pacs-pp) and pass DIR; or, for an offline smoke test with random weights, run `pacs-pp make-tiny DIR`."
     )
 

@@ -458,7 +458,7 @@ def missing_polos_message(name_or_path: str) -> str:
         f"could not load Polos model '{name_or_path}': it is not a local model directory and the Hugging Face Hub "
         "did not provide it (offline, unreachable, or no such repository). To get weights: download a converted "
         "repository on a machine with internet (`hf download REPO_ID --local-dir DIR`) and pass DIR; or convert the "
-        "released checkpoint with `pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output DIR`; or, for an "
+        "released checkpoint with `pacs-pp convert-polos --checkpoint reprod/reprod.ckpt --output-dir DIR`; or, for an "
         "offline smoke test with random weights, use the model 'tiny:polos'."
     )
 
