@@ -262,9 +262,8 @@ def check_keys(gts: Mapping, res: Mapping) -> list:
         only_res = [image_id for image_id in res if image_id not in gts]
         sides = [f"{len(only_res)} only in res ({ids_text(only_res)})" if only_res else "",
                  f"{len(only_gts)} only in gts ({ids_text(only_gts)})" if only_gts else ""]  # fmt: skip
-        raise InputError(
-            f"gts and res must have the same image ids, as pycocoevalcap's scorers assert: {'; '.join(filter(None, sides))}"
-        )
+        differences = "; ".join(filter(None, sides))
+        raise InputError(f"gts and res must have the same image ids, as pycocoevalcap's scorers assert: {differences}")
     if not gts:
         raise InputError("gts and res are empty: nothing to score")
     return list(gts.keys())

@@ -44,7 +44,8 @@ class ModelMetric(torchmetrics.Metric):
         device, dtype, batch_size, long_captions: as `pacs-score` takes them.
         **kwargs: torchmetrics' own (`sync_on_compute`, `process_group`, `dist_sync_on_step`, ...).
 
-    `higher_is_better` is True (every score of the registry is higher-is-better); `signature()` is the reproducibility signature of the computation.
+    `higher_is_better` is True (every score of the registry is higher-is-better); `signature()` is the
+    reproducibility signature of the computation.
     """
 
     is_differentiable = False
@@ -122,7 +123,10 @@ class ModelMetric(torchmetrics.Metric):
 
     def compute(self) -> torch.Tensor:
         """The mean of the per-item scores of every update (of every process, under DDP)."""
-        scores = torchmetrics.utilities.dim_zero_cat(self.scores) if self.scores else torch.zeros(0)
+        # a list of per-update tensors here, or one tensor once torchmetrics has gathered the processes' lists
+        if isinstance(self.scores, list) and not self.scores:
+            raise InputError(f"{type(self).__name__}.compute() before any update: nothing to average")
+        scores = torchmetrics.utilities.dim_zero_cat(self.scores)
         if not scores.numel():
             raise InputError(f"{type(self).__name__}.compute() before any update: nothing to average")
         return scores.mean()

@@ -32,7 +32,7 @@ def images(tmp_path_factory):
         7: folder / "000000000007.jpg",
         300: folder / "300.png",
     }
-    for seed, (image_id, path) in enumerate(paths.items()):
+    for seed, path in enumerate(paths.values()):
         random_image(seed, (64 + 16 * seed, 48)).save(path)
     return {image_id: str(path) for image_id, path in paths.items()}
 
