@@ -46,6 +46,8 @@ setup(
         "demo": ["gradio>=5,<7", "gradio_client", "pandas"],
         # SCST captioner: BLEU-4 / CIDEr(-D) in reports and rewards; TRL for the GRPO reward-function example.
         "captioning": ["pycocoevalcap==1.2", "trl>=1.16,<2"],
+        # The torchmetrics Metrics (ModelMetric, PACSppMetric, ...): PAC-S++ logged in a Lightning validation step.
+        "torchmetrics": ["torchmetrics>=1.0"],
         # Test tools, and the documentation site (mkdocs build --strict in CI and in tests/test_docs.py).
         "dev": [
             "pytest",

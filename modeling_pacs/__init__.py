@@ -37,6 +37,19 @@ _PUBLIC_NAMES = {
     "PACSVideoScoreOutput": ".models.video_scoring",
     "METRICS": ".registry",
     "ResultColumn": ".results",
+    # pycocoevalcap-compatible scorers and torchmetrics Metrics of the model metrics
+    "ModelScorer": ".evaluation.coco_scorers",
+    "CLIPScorer": ".pacs.coco_scorers",
+    "PACSScorer": ".pacs.coco_scorers",
+    "PACSppScorer": ".pacs.coco_scorers",
+    "PearlCOCOScorer": ".pearl.coco_scorers",
+    "PolosScorer": ".polos.coco_scorers",
+    "ModelMetric": ".evaluation.torch_metrics",
+    "CLIPSMetric": ".pacs.torch_metrics",
+    "PACSMetric": ".pacs.torch_metrics",
+    "PACSppMetric": ".pacs.torch_metrics",
+    "PearlMetric": ".pearl.torch_metrics",
+    "PolosMetric": ".polos.torch_metrics",
     "result_columns": ".results",
 }
 # Names whose modules need transformers: reading one registers the package's models with the Auto classes, so that
@@ -63,6 +76,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .errors import InputError, JobStateError, MissingExtraError, PacsError
+    from .evaluation.coco_scorers import ModelScorer
+    from .evaluation.torch_metrics import ModelMetric
     from .metric_spec import MetricSpec, OutputField, ScoringModel
     from .models.artifacts import CorruptArtifactError
     from .models.configuration_captioner import PACSCaptionerConfig
@@ -74,12 +89,30 @@ if TYPE_CHECKING:
     from .models.modeling_pearl import PearlModel, PearlOutput
     from .models.modeling_polos import PolosModel, PolosScoreOutput
     from .models.video_scoring import PACSVideoScoreOutput
+    from .pacs.coco_scorers import CLIPScorer, PACSppScorer, PACSScorer
+    from .pacs.torch_metrics import CLIPSMetric, PACSMetric, PACSppMetric
+    from .pearl.coco_scorers import PearlCOCOScorer
+    from .pearl.torch_metrics import PearlMetric
+    from .polos.coco_scorers import PolosScorer
+    from .polos.torch_metrics import PolosMetric
     from .registry import METRICS
     from .results import ResultColumn, result_columns
 
 __version__ = "0.1.0"
 __all__ = [
     "METRICS",
+    "CLIPSMetric",
+    "CLIPScorer",
+    "ModelMetric",
+    "ModelScorer",
+    "PACSMetric",
+    "PACSScorer",
+    "PACSppMetric",
+    "PACSppScorer",
+    "PearlCOCOScorer",
+    "PearlMetric",
+    "PolosMetric",
+    "PolosScorer",
     "CorruptArtifactError",
     "MetricSpec",
     "OutputField",

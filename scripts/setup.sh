@@ -14,7 +14,7 @@ if "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > "$CONSTRAINTS"
 fi
 "$PY" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" \
-  -e ".[train,video,demo,dev,benchmarks,generate,siglip,pearl,captioning]"
+  -e ".[train,video,demo,dev,benchmarks,generate,siglip,pearl,captioning,torchmetrics]"
 # The original OpenAI CLIP and open_clip code (tests compare against both, loading their files by path);
 # --no-deps: they ask for torchvision (and timm), which have no CPU build matching this torch and are not needed.
 "$PY" -m pip install -q --disable-pip-version-check --no-deps openai-clip==1.0.1 open_clip_torch==3.3.0

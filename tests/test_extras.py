@@ -4,6 +4,7 @@ The extras come from setup.py itself: a new extra fails `test_every_extra_has_a_
 """
 
 import ast
+import importlib
 import importlib.util
 import json
 import re
@@ -123,6 +124,11 @@ def cider_reward(tmp_path, monkeypatch):
     CIDErDReward()
 
 
+def torchmetrics_metric(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "modeling_pacs.evaluation.torch_metrics", raising=False)
+    importlib.import_module("modeling_pacs.evaluation.torch_metrics")
+
+
 def space(tmp_path, monkeypatch):
     load_space_app()
 
@@ -156,6 +162,12 @@ CALL_SITES = {
         "pycocoevalcap",
         cider_reward,
         "The CIDEr-D reward needs pycocoevalcap: pip install 'pacs-pp[captioning]'",
+    ),
+    "torchmetrics": (
+        "torchmetrics",
+        torchmetrics_metric,
+        "ModelMetric (the torchmetrics Metric of every model metric) needs torchmetrics: pip install "
+        "'pacs-pp[torchmetrics]'",
     ),
 }
 

@@ -29,7 +29,7 @@ import torch
 from ..errors import InputError
 from ..extras import require
 
-torchmetrics = require("torchmetrics", "torchmetrics", "The torchmetrics metrics (ModelMetric, PACSppMetric, ...)")
+torchmetrics = require("torchmetrics", "torchmetrics", "ModelMetric (the torchmetrics Metric of every model metric)")
 
 
 class ModelMetric(torchmetrics.Metric):
