@@ -14,6 +14,7 @@ from ..caption_files import read_json_lines
 from ..jobs import write_text_atomically
 from ..models.inputs import check_long_captions
 from ..output_paths import check_output_directory
+from ..signatures import model_signature
 from . import BENCHMARKS, load_benchmark
 from .benchmark import Benchmark, BenchmarkOptions, checksum, parse_named
 from .report import benchmark_rows, paper_name, write_reports
@@ -222,7 +223,13 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                 )
             results["runs"].append(run_record)
             w = getattr(model.config, "w", None)  # Polos and Pearl have no w
-            meta = {"source": "model", "w": w, "dtype": str(model.dtype).replace("torch.", "")}
+            references = [item.get("references") or [] for item in benchmark.items]
+            meta = {
+                "source": "model",
+                "w": w,
+                "dtype": str(model.dtype).replace("torch.", ""),
+                "signature": model_signature(model, name, references, long_captions=mode, dtype=config.dtype),
+            }
             rows += evaluate_columns(benchmark, row_name, columns, meta)
         for name, path, columns in external:
             rows += evaluate_columns(benchmark, name, columns, {"source": str(path), "sha256": checksum(path)})

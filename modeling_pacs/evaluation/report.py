@@ -76,6 +76,8 @@ def format_table(result: dict, markdown: bool = False) -> str:
     meta.append(
         f"items: {result['num_items']}; " + "; ".join(f"{k} sha256 {v[:12]}" for k, v in result["files"].items())
     )
+    signatures = {row["name"]: row["signature"] for row in result["rows"] if row.get("signature")}
+    meta += [f"signature {name}: {signature}" for name, signature in signatures.items()]
     if markdown:
         table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         table += ["| " + " | ".join(line) + " |" for line in lines]

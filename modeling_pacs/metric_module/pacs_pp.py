@@ -44,6 +44,7 @@ from ..models.modeling_pacs import PACSModel
 from ..pacs.model_card import CITATION
 from ..registry import ALIAS_VARIANTS, DEFAULT_MODEL, PRETRAINED_MODELS, SHORT_NAMES, spec_of
 from ..results import ScoredItems, score_items
+from ..signatures import model_signature
 from .video import check_video_batch, compute_video_results
 
 _CITATION = (
@@ -81,6 +82,8 @@ Returns:
     score (`float`): corpus score, the mean of `scores`.
     scores (`list` of `float`): the score of each prediction.
     ref_metric, ref_score, ref_scores: the same for the reference-based score ("RefPAC-S++", ...), with references.
+    signature (`str`): the reproducibility signature (model, weights' digest, w, LoRA, prompt, long captions,
+        references per prediction, tokenizer, dtype, version), as `pacs-pp evaluate-captions` prints it.
     truncated_tokens (`list` of `int`): the tokens of each prediction the text encoder did not read (0 when it fits
         the 77-token context; Polos: its CLIP features'; Pearl: the most any of its encoders dropped);
         num_truncated (`int`): how many predictions lost tokens. Load the module with `long_captions="chunks"` to
@@ -92,7 +95,7 @@ Examples:
     >>> pacs = evaluate.load("pacs_pp", model="tiny")  # random weights: real runs use the default model
     >>> results = pacs.compute(predictions=["a red circle"], images=["examples/images/red_circle.png"])
     >>> sorted(results)
-    ['metric', 'num_truncated', 'score', 'scores', 'truncated_tokens']
+    ['metric', 'num_truncated', 'score', 'scores', 'signature', 'truncated_tokens']
 """
 
 # Short config names (`variants.SHORT_NAMES`) pick the ViT-B/32 release; a "ref" prefix makes references mandatory.
@@ -367,7 +370,7 @@ class PACSPlusPlus(evaluate.Metric):
             )
         if self.input_kind == "videos":
             settings = {"batch_size": self.image_batch_size, "text_batch_size": self.text_batch_size}
-            return compute_video_results(
+            results = compute_video_results(
                 self.load_engine(),
                 predictions,
                 images,
@@ -376,6 +379,7 @@ class PACSPlusPlus(evaluate.Metric):
                 options,
                 {**settings, "progress": self.progress, **self.long_captions_options()},
             )
+            return results | {"signature": self.signature(references if with_references else None)}
         if options:
             raise ValueError(f"unexpected options {sorted(options)}: num_frames= and idf= apply to videos= only")
         engine = self.load_engine()
@@ -393,7 +397,19 @@ class PACSPlusPlus(evaluate.Metric):
                 progress=self.progress,
             ),
         )
-        return _results_from_columns(scored)
+        return _results_from_columns(scored) | {"signature": self.signature(references if with_references else None)}
+
+    def signature(self, references: list[list[str]] | None) -> str:
+        """The reproducibility signature of a computation with these references (`modeling_pacs/signatures.py`): the
+        one `pacs-pp evaluate-captions` prints for the same model, settings and references."""
+        engine = self.load_engine()
+        if isinstance(self.model_argument, str):
+            entry = self.model_argument
+        elif self.model_argument is not None:  # a loaded model: named by the directory it came from
+            entry = getattr(engine.config, "_name_or_path", "") or type(engine).__name__
+        else:
+            entry = self.model_alias or DEFAULT_MODEL
+        return model_signature(engine, entry, references, long_captions=self.long_captions, dtype=self.dtype)
 
     def long_captions_options(self) -> dict:
         """The `long_captions` keyword for the engine: PAC-S-family models read it; others only truncate."""

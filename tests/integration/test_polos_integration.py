@@ -62,7 +62,7 @@ def test_evaluate_module_polos_config(engine, polos_dir, image_folder, tmp_path)
     metric = evaluate.load(METRIC_DIR, config_name="polos", model=str(polos_dir), cache_dir=str(tmp_path))
     results = metric.compute(predictions=CAPTIONS, images=images, references=REFERENCES)
     expected = engine.score(images, CAPTIONS, REFERENCES)
-    assert sorted(results) == ["metric", "num_truncated", "score", "scores", "truncated_tokens"]
+    assert sorted(results) == ["metric", "num_truncated", "score", "scores", "signature", "truncated_tokens"]
     assert results["metric"] == "Polos"
     assert_scores_close(results["scores"], expected.scores)
     assert results["truncated_tokens"] == expected.truncated_tokens.tolist() == [0] * len(CAPTIONS)

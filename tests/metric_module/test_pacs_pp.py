@@ -86,7 +86,7 @@ def test_compute_equals_engine_scores(metric, engine, image_paths):
     assert results["ref_score"] == pytest.approx(np.mean(results["ref_scores"]), abs=1e-6)
 
     free_only = metric.compute(predictions=CAPTIONS, images=image_paths)
-    assert sorted(free_only) == ["metric", "num_truncated", "score", "scores", "truncated_tokens"]
+    assert sorted(free_only) == ["metric", "num_truncated", "score", "scores", "signature", "truncated_tokens"]
     assert free_only["scores"] == engine.score(image_paths, CAPTIONS).scores.tolist()
 
 
