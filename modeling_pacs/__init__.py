@@ -11,6 +11,8 @@ application, one job each (see the README's Layout section).
 import importlib
 from typing import TYPE_CHECKING
 
+from .version import __version__
+
 # Public name -> the module that defines it. Imported on first use (PEP 562), so that `import modeling_pacs` and every
 # command's `--help` stay fast: torch, transformers and the models load only when a name that needs them is read.
 _PUBLIC_NAMES = {
@@ -98,7 +100,6 @@ if TYPE_CHECKING:
     from .registry import METRICS
     from .results import ResultColumn, result_columns
 
-__version__ = "0.1.0"
 __all__ = [
     "METRICS",
     "CLIPSMetric",

@@ -61,7 +61,7 @@ def signature(metric: str, **fields: Any) -> str:
 
 
 def package_version() -> str:
-    from . import __version__
+    from .version import __version__
 
     return __version__
 

@@ -61,8 +61,8 @@ class ModelScorer:
         outputs: the output keys returned (`"score"`, `"ref_score"`; a list for several); None: every score the
             metric computes with the references of `gts` (CLIP-S family: `score` and `ref_score`, as `Bleu(4)`
             returns its four).
-        use_references: whether `gts` are passed to the model as references (None: when the metric reads references;
-            False: a reference-free score, `gts` then only gives the ids' order).
+        use_references: whether `gts` are passed to the model as references (None: when the metric or one of the
+            `outputs` reads them; False: reference-free scores, `gts` then only gives the ids' order).
         device, dtype, batch_size, long_captions: as `pacs-score` takes them (`--device`, `--dtype`,
             `--batch-size`, `--long-captions`).
 
@@ -108,22 +108,27 @@ class ModelScorer:
         capabilities = self.spec.capabilities
         scores = [field for field in self.spec.outputs if field.kind == "score"]
         name = scores[0].label_for(self.model.config)  # the metric's name: CLIP-S, not its family's
-        self.use_references = capabilities.reference_based if use_references is None else bool(use_references)
+        requested = None if outputs is None else [outputs] if isinstance(outputs, str) else list(outputs)
+        if use_references is None:  # references when the metric or the requested outputs read them
+            use_references = (
+                capabilities.reference_based
+                if requested is None
+                else capabilities.needs_references
+                or any(field.needs_references for field in scores if field.key in requested)
+            )
+        self.use_references = bool(use_references)
         if self.use_references and not capabilities.reference_based:
             raise InputError(f"{name} has no reference-based score: pass use_references=False")
         if not self.use_references and not capabilities.reference_free:
             raise InputError(f"{name} scores captions against references: use_references must be True")
         usable = [field.key for field in scores if self.use_references or not field.needs_references]
-        if outputs is None:
-            self.outputs = usable
-        else:
-            self.outputs = [outputs] if isinstance(outputs, str) else list(outputs)
-            unknown = [key for key in self.outputs if key not in usable]
-            if unknown or not self.outputs:
-                raise InputError(
-                    f"outputs {unknown or self.outputs!r}: {name} gives {usable} "
-                    f"{'with' if self.use_references else 'without'} references"
-                )
+        self.outputs = usable if requested is None else requested
+        unknown = [key for key in self.outputs if key not in usable]
+        if unknown or not self.outputs:
+            raise InputError(
+                f"outputs {unknown or self.outputs!r}: {name} gives {usable} "
+                f"{'with' if self.use_references else 'without'} references"
+            )
         self.columns = [self.spec.output(key).label_for(self.model.config) for key in self.outputs]
         self.signature: str | None = None
         self._folder_index: tuple[Path, dict] | None = None
