@@ -675,6 +675,26 @@ def evaluate_captions(
     kinds: dict[str, str] = {}
     corpus: dict[str, float] = {}
     signatures: dict[str, str] = {}
+
+    def run_ngrams():  # corpus-level (CIDEr's document frequencies): once, on every item with references
+        scored_positions = [position for position in range(len(kept)) if references[position]]
+        scored_items = [kept[position] for position in scored_positions]
+        scored_references = [references[position] for position in scored_positions]
+        gts, res = tokenize(scored_items, scored_references)
+        ngram_corpus, ngram_items = score_ngrams(ngrams, gts, res, progress)
+        corpus.update(ngram_corpus)
+        for column, values in ngram_items.items():
+            columns[column] = [None] * len(kept)
+            for position, value in zip(scored_positions, values, strict=True):
+                columns[column][position] = value
+            labels[column], kinds[column] = column, "score"
+        signatures.update({entry.name: ngram_signature(entry.spec, scored_references) for entry in ngrams})
+
+    # One process: the n-gram metrics first, before any model is loaded (their peak memory and the models' do not
+    # add up). Several: the main process runs them once every shard is merged, so that no process waits for them.
+    single_process = processes is None or processes.num_processes == 1
+    if ngrams and single_process:
+        run_ngrams()
     if models:
         scored = score_models(
             models, kept, references, device=device, dtype=dtype, batch_size=batch_size,
@@ -690,19 +710,8 @@ def evaluate_captions(
         signatures |= model_signatures
     if not is_main:
         return None
-    if ngrams:  # corpus-level (CIDEr's document frequencies): once, on every item with references
-        scored_positions = [position for position in range(len(kept)) if references[position]]
-        scored_items = [kept[position] for position in scored_positions]
-        scored_references = [references[position] for position in scored_positions]
-        gts, res = tokenize(scored_items, scored_references)
-        ngram_corpus, ngram_items = score_ngrams(ngrams, gts, res, progress)
-        corpus |= ngram_corpus
-        for column, values in ngram_items.items():
-            columns[column] = [None] * len(kept)
-            for position, value in zip(scored_positions, values, strict=True):
-                columns[column][position] = value
-            labels[column], kinds[column] = column, "score"
-        signatures |= {entry.name: ngram_signature(entry.spec, scored_references) for entry in ngrams}
+    if ngrams and not single_process:
+        run_ngrams()
     for key, values in columns.items():
         present = [value for value in values if value is not None]
         if key not in corpus and kinds[key] == "score" and present:
