@@ -11,9 +11,15 @@ It prints each run, the ratio (sum of the alone runs / the run together; goal >=
 together over the largest alone run (goal <= 1.2), and checks that the numbers agree (n-gram columns exactly, model
 columns within 1e-6). The n-gram metrics need Java (without it they are left out of both sides).
 
+The default model set has CLIP-S and PAC-S on one backbone (`tiny:clip_s`, `tiny:pac_s`): run together, they share
+each image's features (`evaluate_captions` encodes an image once for the models with one image encoder). `--size b32`
+replaces the tiny models by random models of ViT-B/32's size (CLIP-S, PAC-S on one backbone, PAC-S++ with LoRA),
+built in the temporary folder: the encoders' cost of the released models, without their weights.
+
 Example:
     python benchmarks/benchmark_evaluate_captions.py                         # tiny models, 500 items
     python benchmarks/benchmark_evaluate_captions.py --items 100 --models tiny:clip_s,tiny --ngrams bleu,cider
+    python benchmarks/benchmark_evaluate_captions.py --size b32 --items 100  # ViT-B/32-size random models
 """
 
 import argparse
@@ -86,12 +92,31 @@ def write_workload(directory: Path, num_items: int, num_references: int, size: t
     (directory / "items.jsonl").write_text("\n".join(lines) + "\n")
 
 
+def write_b32_models(directory: Path) -> list[str]:
+    """Random models of ViT-B/32's size (transformers' `CLIPConfig()` defaults: ViT-B/32 towers, 512-d projection):
+    CLIP-S and PAC-S from one seed (one backbone: their image features are shared), PAC-S++ with a LoRA adapter."""
+    from transformers import CLIPConfig
+
+    from modeling_pacs.testing.pacs import make_tiny_model
+
+    models = []
+    for variant in ("clip_s", "pac_s", "pac_s_pp"):
+        make_tiny_model(directory / f"b32_{variant}", variant=variant, seed=1, clip_config=CLIPConfig())
+        models.append(str(directory / f"b32_{variant}"))
+    return models
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=500)
     parser.add_argument("--references", type=int, default=5)
     parser.add_argument("--image-size", type=int, nargs=2, default=[640, 480], metavar=("WIDTH", "HEIGHT"))
-    parser.add_argument("--models", default="tiny:clip_s,tiny,tiny:polos", help="model metrics (comma-separated)")
+    parser.add_argument(
+        "--models", default="tiny:clip_s,tiny:pac_s,tiny,tiny:polos", help="model metrics (comma-separated)"
+    )
+    parser.add_argument(
+        "--size", choices=("tiny", "b32"), default="tiny", help="b32: ViT-B/32-size random models instead of --models"
+    )
     parser.add_argument("--ngrams", default="bleu,meteor,rouge_l,cider", help="n-gram metrics (comma-separated)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output", type=Path, help="write the figures as JSON")
@@ -106,6 +131,8 @@ def main():
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         write_workload(folder, args.items, args.references, tuple(args.image_size))
+        if args.size == "b32":
+            models = write_b32_models(folder)
         cli = [sys.executable, "-m", "modeling_pacs.cli"]
         alone = {}
         if ngrams:
@@ -113,10 +140,10 @@ def main():
                        str(folder / "results.json"), str(folder / "ngrams.json"), ",".join(ngrams)]  # fmt: skip
             alone["pycocoevalcap script"] = peak_rss_of_run(command)
         for model in models:
-            output = folder / f"score_{model.replace(':', '_')}.json"
+            output = folder / f"score_{Path(model).name.replace(':', '_')}.json"
             command = [sys.executable, "-m", "modeling_pacs.cli", "score", str(folder / "items.jsonl"), "--model",
                        model, "--output", str(output), "--no-progress", "--device", args.device]  # fmt: skip
-            alone[f"pacs-score --model {model}"] = peak_rss_of_run(command)
+            alone[f"pacs-score --model {Path(model).name}"] = peak_rss_of_run(command)
         command = [*cli, "evaluate-captions", "--results", str(folder / "results.json"), "--annotations",
                    str(folder / "annotations.json"), "--images", str(folder / "images"), "--metrics",
                    ",".join([*ngrams, *models]), "--output", str(folder / "together.json"), "--no-progress",
@@ -132,7 +159,7 @@ def main():
                 if report["corpus"][column] != value:
                     raise SystemExit(f"{column}: {report['corpus'][column]!r} together, {value!r} alone")
         for model in models:
-            scores = json.loads((folder / f"score_{model.replace(':', '_')}.json").read_text())
+            scores = json.loads((folder / f"score_{Path(model).name.replace(':', '_')}.json").read_text())
             ours = [column for column in report["corpus"] if column.startswith(f"{model}/")]
             for column, label in zip(ours, scores["mean"], strict=True):
                 if abs(report["corpus"][column] - scores["mean"][label]) > 1e-6:
@@ -144,9 +171,10 @@ def main():
     total = sum(seconds for _, seconds in alone.values())
     largest = max(peak for peak, _ in alone.values())
     figures = {
+        "size": args.size,
         "items": args.items,
         "references": args.references,
-        "metrics": [*ngrams, *models],
+        "metrics": [*ngrams, *(Path(model).name for model in models)],
         "alone_seconds": {name: seconds for name, (_, seconds) in alone.items()},
         "alone_peak_mib": {name: peak for name, (peak, _) in alone.items()},
         "together_seconds": together[1],

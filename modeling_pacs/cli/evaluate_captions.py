@@ -7,10 +7,11 @@ signatures (JSON) or the per-item rows and a CORPUS row (CSV). The work is `eval
 
 import argparse
 import logging
+import os
 from pathlib import Path
 
 from ..errors import InputError
-from ..evaluation.captions import DEFAULT_METRICS, DUPLICATE_POLICIES, SKIP_POLICIES
+from ..evaluation.captions import DEFAULT_METRICS, DUPLICATE_POLICIES, SHARD_SIZE, SKIP_POLICIES
 from .arguments import add_device_arguments, add_example, add_long_captions_argument, positive_int
 
 logger = logging.getLogger("pacs_pp")
@@ -32,6 +33,15 @@ metrics (--metrics, comma-separated; default {",".join(DEFAULT_METRICS)}):
   captions, the COCO caption evaluation's numbers (Java needed; without it they are skipped with a warning)
   model metrics: anything --model of pacs-score accepts (alias, tiny alias, Hub id, directory); columns
   ENTRY/score, ENTRY/ref_score, ...
+
+scale (as scripts/score_corpus.py): --output-dir DIR keeps the model metrics' per-item scores as shards of
+--shard-size items (the job engine, docs/concepts/job-engine.md); rerunning the same command resumes after a kill,
+finished shards kept. Under torchrun each process scores its own shards (CPU: --device cpu, gloo) and the first
+merges them, each item once, runs the n-gram metrics and prints the table:
+  torchrun --nproc_per_node 2 -m modeling_pacs.cli evaluate-captions --results r.json --annotations a.json
+      --images val2014 --output-dir job/ --output report.json
+
+items without references (others have some): empty reference-based and n-gram cells, counted in the footer.
 
 bad input: an unknown metric, a result whose id is not annotated, a metric that needs references without any, an
 empty caption, a missing image and several captions for one image id are errors naming them; --skip
@@ -69,6 +79,17 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         default="",
         help=f"comma-separated: {', '.join(policy.replace('_', '-') for policy in SKIP_POLICIES)}: skip such rows "
         "(counted in the footer) instead of stopping",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        help="job folder: the model metrics' per-item scores as shards; rerun to resume (needed by torchrun)",
+    )
+    parser.add_argument(
+        "--shard-size",
+        type=positive_int,
+        default=SHARD_SIZE,
+        help="items per shard of --output-dir (the unit of resumption; default %(default)s)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--verbose", action="store_true", help="also show the libraries' own logs and warnings")
@@ -108,6 +129,10 @@ def read_inputs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     return items, []
 
 
+def inputs_of(args: argparse.Namespace) -> list:
+    return [args.results, args.annotations, args.references]
+
+
 def output_text(evaluation, suffix: str) -> str:
     """JSON: corpus, items, signatures, skipped, notes. CSV: one row per item and a last CORPUS row."""
     from ..output_paths import strict_json
@@ -141,21 +166,38 @@ def run(args: argparse.Namespace):
         choices = ", ".join(policy.replace("_", "-") for policy in SKIP_POLICIES)
         raise InputError(f"--skip takes {choices}, got {', '.join(unknown)}")
     if args.output:
-        inputs = [args.results, args.annotations, args.references]
-        check_output_file(args.output, inputs=inputs, suffixes=OUTPUT_SUFFIXES)
+        check_output_file(args.output, inputs=inputs_of(args), suffixes=OUTPUT_SUFFIXES)
+    if args.output_dir is not None:
+        from ..output_paths import check_output_directory
+
+        try:  # the command's own resumable folder: existing content is fine, the place rules still hold
+            check_output_directory(args.output_dir, inputs=inputs_of(args), allow_existing=True)
+        except ValueError as error:
+            raise InputError(f"--output-dir: {error}") from None
+    processes, device = None, args.device
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun / accelerate launch: the processes meet through gloo
+        from ..jobs import launch_state
+
+        processes = launch_state(cpu=args.device == "cpu")
+        device = str(processes.device)
     items, notes = read_inputs(args)
     # load_model hides the libraries' loading chatter (modeling_pacs/logs.py; --verbose shows it)
     evaluation = evaluate_captions(
         items,
         metrics,
-        device=args.device,
+        device=device,
         dtype=None if args.dtype == "fp32" else args.dtype,
         batch_size=args.batch_size,
         long_captions=args.long_captions,
         duplicates=args.duplicates,
         skip=skip,
         progress=False if args.no_progress else None,
+        output_dir=args.output_dir,
+        shard_size=args.shard_size,
+        processes=processes,
     )
+    if evaluation is None:  # not the main process: it scored its shards, the main one reports
+        return None
     evaluation.notes.extend(notes)
     print(evaluation.report())
     if args.output:

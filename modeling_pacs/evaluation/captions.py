@@ -11,7 +11,7 @@ Policies (nothing is dropped silently: `CaptionEvaluation.skipped` and the table
 | --- | --- |
 | an unknown `metrics` entry | `UnknownModelError` listing the known names |
 | a metric that needs references, none given | `InputError` naming the metric |
-| some items with references, some without | `InputError` naming the first item without |
+| some items with references, some without | those get empty reference-based and n-gram cells (counted) |
 | an empty caption | `InputError` naming the rows; `skip=("empty_captions",)` drops them (counted) |
 | a missing image (model metrics only) | `InputError` naming the rows; `skip=("missing_images",)` drops them (counted) |
 | several items for one `image_id` | `InputError` naming the ids (pycocoevalcap scores one caption per image) |
@@ -47,6 +47,7 @@ from typing import Any
 from ..errors import InputError, MissingExtraError, PacsError, UnknownModelError
 from ..metric_spec import MetricSpec, resolve
 from ..registry import METRICS, RELEASES, model_choices, parse_tiny_alias, spec_for_model_type
+from ..results import references_note
 
 logger = logging.getLogger("pacs_pp")
 
@@ -57,6 +58,8 @@ SKIP_POLICIES = ("empty_captions", "missing_images")
 DUPLICATE_POLICIES = ("error", "separate")
 # Items decoded and scored together: each image is decoded once per chunk, and only a chunk's images are in memory.
 CHUNK_SIZE = 256
+# Items per shard of a job folder (`output_dir`, `--output-dir`): the unit of resumption and of the work split.
+SHARD_SIZE = 1024
 # SPICE's parser: pycocoevalcap downloads these on first use (`spice/get_stanford_models.py`).
 CORENLP_ZIP = "http://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-09.zip"
 CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
@@ -73,7 +76,8 @@ class CaptionEvaluation:
     `items` holds one dict per scored item, in input order: `image_id`, `caption` and the per-item columns.
     `signatures` maps each metrics entry to its reproducibility signature; `labels` each column to its heading
     (`Bleu_4`, `CLIP-S`, `RefPAC-S++`); `skipped` each reason to the skipped rows' indices in the input; `notes` says
-    what did not run.
+    what did not run; `without_references` lists the input rows of the scored items that have no references (their
+    reference-based and n-gram cells are None).
     """
 
     corpus: dict[str, float]
@@ -82,6 +86,7 @@ class CaptionEvaluation:
     labels: dict[str, str] = field(default_factory=dict)
     skipped: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    without_references: list[int] = field(default_factory=list)
 
     def table(self) -> str:
         """The corpus scores as a markdown table, one row per column (pycocoevalcap prints `Bleu_1: 0.712`)."""
@@ -103,9 +108,11 @@ class CaptionEvaluation:
         return "\n".join([self.table(), "", "signatures:", *signatures, "", self.footer()])
 
     def to_json(self) -> dict:
-        """What `--output x.json` holds: corpus, items, signatures, the columns' headings, skipped rows, notes."""
+        """What `--output x.json` holds: corpus, items, signatures, the columns' headings, skipped rows, rows without
+        references, notes."""
         return {"corpus": self.corpus, "items": self.items, "signatures": self.signatures, "labels": self.labels,
-                "skipped": self.skipped, "notes": self.notes}  # fmt: skip
+                "skipped": self.skipped, "without_references": self.without_references,
+                "notes": self.notes}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
@@ -251,21 +258,15 @@ def refuse_missing_references(items: Sequence, entries: list[MetricEntry]) -> No
 
 
 def item_references(items: list[dict], entries: list[MetricEntry]) -> list[list[str]] | None:
-    """One reference list per item, or None when no item has references; a mix, or a metric that needs references
-    without them, is an `InputError` naming it."""
-    given = [bool(item.get("references")) for item in items]
-    if any(given) and not all(given):
-        first = items[given.index(False)]
-        raise InputError(
-            f"item {first['row']} (image_id {first['image_id']!r}) has no references while others do: give every "
-            "item references, or none"
-        )
-    if not any(given):
+    """One reference list per item (an empty list for an item without references), or None when no item has any
+    (then a metric that needs references is an `InputError` naming it)."""
+    if not any(item.get("references") for item in items):
         refuse_missing_references(items, entries)
         return None
     references = []
     for item in items:
-        refs = [item["references"]] if isinstance(item["references"], str) else list(item["references"])
+        refs = item.get("references") or []
+        refs = [refs] if isinstance(refs, str) else list(refs)
         if not all(isinstance(reference, str) for reference in refs):
             raise InputError(f"item {item['row']}: references must be strings, got {refs!r}")
         references.append(refs)
@@ -395,6 +396,108 @@ def decode_images(images: list) -> list:
     return decoded
 
 
+def load_models(entries: list[MetricEntry], device: str | None, dtype: str | None) -> dict[str, Any]:
+    from ..loading import load_model
+
+    return {entry.name: load_model(entry.name, device=device, dtype=dtype) for entry in entries}
+
+
+def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
+    """One in-memory `EmbeddingCache` for the models that share an image encoder (the same image-side weights and
+    preprocessing: CLIP-S and PAC-S built on one backbone, or one model listed under two names): each image is then
+    encoded once for all of them. Returns the cache (None when no two models share one); `detach_cache` removes it."""
+    from ..models.embedding_cache import IMAGE, EmbeddingCache
+
+    candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", False) is None}
+    if len(candidates) < 2:
+        return None
+    cache = EmbeddingCache(max_entries=max_entries)
+    groups: dict[str, list[str]] = {}
+    for name, model in candidates.items():
+        groups.setdefault(cache.fingerprint(model, IMAGE), []).append(name)
+    shared = [name for names in groups.values() if len(names) > 1 for name in names]
+    for name in shared:
+        models[name].embedding_cache = cache
+    return cache if shared else None
+
+
+def detach_cache(models: dict[str, Any], cache: Any) -> None:
+    for model in models.values():
+        if cache is not None and getattr(model, "embedding_cache", None) is cache:
+            model.embedding_cache = None
+
+
+def score_chunk(model: Any, name: str, images: list, captions: list[str], references: list | None,
+                options: dict) -> dict[str, list]:  # fmt: skip
+    """`{entry/key: per-item values}` of one chunk, by the references policy (`results.score_items`): an item without
+    references gets empty (None) reference-based cells; a chunk in which no item has any gives a metric that needs
+    references (Polos) empty cells only, since other chunks have references."""
+    from ..registry import spec_of
+    from ..results import score_items
+
+    spec = spec_of(model)
+    if references is not None and not any(references) and spec.capabilities.needs_references:
+        return {f"{name}/{field.key}": [None] * len(captions) for field in spec.outputs}
+    scored = score_items(model, images, captions, references, **options)
+    return {f"{name}/{column.key}": list(column.values) for column in scored.columns}
+
+
+def score_rows(models: dict, options: dict, items: list[dict], references: list | None, positions: list[int],
+               chunk_size: int, cache: Any, done: Any) -> list[dict]:  # fmt: skip
+    """`{"row": position, entry/key: value, ...}` for the items at `positions`, a chunk at a time: each chunk's images
+    decoded once and read by every model (the shared image encoders' features computed once, then dropped)."""
+    rows = [{"row": position} for position in positions]
+    for start in range(0, len(positions), chunk_size):
+        chunk = positions[start : start + chunk_size]
+        images = decode_images([items[position]["image"] for position in chunk])
+        captions = [items[position]["caption"] for position in chunk]
+        chunk_references = None if references is None else [references[position] for position in chunk]
+        for name, model in models.items():
+            for key, values in score_chunk(model, name, images, captions, chunk_references, options[name]).items():
+                for row, value in zip(rows[start : start + len(chunk)], values, strict=True):
+                    row[key] = value
+            done(name, len(chunk))
+        if cache is not None:
+            cache.clear()  # this chunk's features: every model has read them
+    return rows
+
+
+def image_identity(image: Any) -> str:
+    """What pins an item's image in a job's manifest: a path (resolved; as corpus scoring pins its image root), or a
+    hash of the bytes or pixels of an in-memory image."""
+    from ..models.embedding_cache import image_content_key
+
+    if isinstance(image, dict) and image.get("bytes") is None and image.get("path") is not None:
+        image = image["path"]
+    if isinstance(image, (str, os.PathLike)):
+        return str(Path(os.path.expanduser(os.fspath(image))).resolve())
+    return f"content:{image_content_key(image)}"
+
+
+def job_manifest(entries: list[MetricEntry], items: list[dict], references: list | None, dtype: str | None,
+                 long_captions: str) -> dict:  # fmt: skip
+    """What the shards of the model metrics depend on: the items (ids, captions, references, images), the models
+    (name and, for a local folder, its files), dtype and long-caption mode; a resumed run must have equal values."""
+    import hashlib
+    import json
+
+    from ..jobs import describe_source
+
+    digest = hashlib.sha256()
+    for position, item in enumerate(items):
+        refs = None if references is None else references[position]
+        identity = [item["image_id"], item["caption"], refs, image_identity(item.get("image"))]
+        digest.update((json.dumps(identity, default=str, ensure_ascii=False) + "\n").encode())
+    return {
+        "command": "evaluate-captions",
+        "items_sha256": digest.hexdigest(),
+        "num_items": len(items),
+        "metrics": [describe_source(entry.name) for entry in entries],
+        "dtype": dtype or "fp32",
+        "long_captions": long_captions,
+    }
+
+
 def score_models(
     entries: list[MetricEntry],
     items: list[dict],
@@ -406,44 +509,91 @@ def score_models(
     long_captions: str,
     progress: bool | None,
     chunk_size: int,
-) -> tuple[dict, dict, dict, dict]:
-    """Per-item columns, labels and signatures of the model metrics: each model loaded once, each chunk of items'
-    images decoded once and read by every model."""
+    output_dir: str | os.PathLike | None = None,
+    shard_size: int = SHARD_SIZE,
+    processes: Any = None,
+) -> tuple[dict, dict, dict, dict] | None:
+    """Per-item columns, labels, kinds and signatures of the model metrics: each model loaded once, each chunk of
+    items' images decoded once and read by every model.
+
+    With `output_dir`, the items are the job engine's shards (`modeling_pacs.jobs.ShardedJob`): each process of
+    `processes` scores its own, every finished shard is kept (a rerun resumes), and the main process merges them,
+    each item exactly once. Returns None on the other processes."""
     from tqdm.auto import tqdm
 
-    from ..loading import load_model, score_options
-    from ..results import result_columns
+    from ..loading import score_options
+    from ..registry import spec_of
     from ..signatures import model_signature
 
-    models = {entry.name: load_model(entry.name, device=device, dtype=dtype) for entry in entries}
+    num_processes = 1 if processes is None else processes.num_processes
+    is_main = processes is None or processes.is_main_process
+    job = None
+    positions = list(range(len(items)))
+    if output_dir is not None:
+        from ..jobs import ShardedJob
+
+        job = ShardedJob(
+            Path(output_dir),
+            job_manifest(entries, items, references, dtype, long_captions),
+            shard_size=shard_size,
+            process_index=0 if processes is None else processes.process_index,
+            num_processes=num_processes,
+            barrier=(lambda: None) if processes is None else processes.wait_for_everyone,
+        )
+        wanted = job.start()
+        mine = [shard for shard in range(job.num_shards(len(items))) if wanted(shard)]
+        done_before = len(items) - sum(
+            len(job.shard_rows(shard, len(items))) for shard in job.missing_shards(len(items))
+        )
+    elif num_processes > 1:
+        raise InputError(
+            f"{num_processes} processes share their work through a job folder: pass output_dir (command line: "
+            "--output-dir)"
+        )
+    models = load_models(entries, device, dtype) if is_main or (job is not None and mine) else {}
     options = {
         name: score_options(model, long_captions, image_batch_size=batch_size, text_batch_size=4 * batch_size,
                             progress=False)
         for name, model in models.items()
     }  # fmt: skip
-    per_item: dict[str, list] = {}
-    labels: dict[str, str] = {}
-    kinds: dict[str, str] = {}
-    disable = None if progress is None else not progress
-    bars = {name: tqdm(total=len(items), desc=name, unit="caption", disable=disable, position=position)
+    cache = share_image_encoders(models, max_entries=16 * chunk_size)
+    disable = True if not is_main else None if progress is None else not progress
+    bars = {name: tqdm(total=len(items), initial=0 if job is None else done_before, desc=name, unit="caption",
+                       disable=disable, position=position)
             for position, name in enumerate(models)}  # fmt: skip
+
+    def done(name: str, count: int):  # the other processes score their shards meanwhile: counted at this pace
+        bars[name].update(min(count * num_processes, bars[name].total - bars[name].n))
+
     try:
-        for start in range(0, len(items), chunk_size):
-            chunk = items[start : start + chunk_size]
-            images = decode_images([item["image"] for item in chunk])
-            captions = [item["caption"] for item in chunk]
-            chunk_references = None if references is None else references[start : start + chunk_size]
-            for name, model in models.items():
-                output = model.score(images, captions, references=chunk_references, **options[name])
-                for column in result_columns(model, output):
-                    key = f"{name}/{column.key}"
-                    per_item.setdefault(key, []).extend(column.values)
-                    labels[key] = column.label
-                    kinds[key] = column.field.kind
-                bars[name].update(len(chunk))
+        if job is None:
+            rows = score_rows(models, options, items, references, positions, chunk_size, cache, done)
+        else:
+            for shard in mine:
+                shard_positions = list(job.shard_rows(shard, len(items)))
+                job.write_jsonl_shard(
+                    shard, score_rows(models, options, items, references, shard_positions, chunk_size, cache, done)
+                )
+                logger.info("process %d: shard %d (%d items) done", job.process_index, shard, len(shard_positions))
+            job.barrier()
+            if not is_main:
+                return None
+            rows = list(job.merged_rows(len(items), job.read_jsonl_shard))
+            job.remove_temporaries()
     finally:
         for bar in bars.values():
             bar.close()
+        detach_cache(models, cache)
+    per_item: dict[str, list] = {}
+    labels: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    for name, model in models.items():
+        for output_field in spec_of(model).outputs:
+            key = f"{name}/{output_field.key}"
+            if any(key in row for row in rows):  # a reference-based field without references is left out
+                per_item[key] = [row.get(key) for row in rows]
+                labels[key] = output_field.label_for(model.config)
+                kinds[key] = output_field.kind
     signatures = {
         name: model_signature(model, name, references, long_captions=long_captions, dtype=dtype)
         for name, model in models.items()
@@ -464,13 +614,16 @@ def evaluate_captions(
     skip: Sequence[str] = (),
     progress: bool | None = None,
     chunk_size: int = CHUNK_SIZE,
-) -> CaptionEvaluation:
+    output_dir: str | os.PathLike | None = None,
+    shard_size: int = SHARD_SIZE,
+    processes: Any = None,
+) -> CaptionEvaluation | None:
     """Score `items` with every metric of `metrics`, each image decoded once and each model loaded once.
 
     Args:
         items: dicts with `image_id`, `image` (a path, bytes, a PIL image, an array or a datasets.Image dict; only
             read by model metrics), `caption` and `references` (a list of strings; needed by the n-gram metrics and
-            reference-based models).
+            reference-based models; an item without any gets empty reference-based cells, counted).
         metrics: n-gram metrics (`bleu`, `meteor`, `rouge_l`, `cider`, `spice`) and anything `load_model` accepts
             (an alias such as `pac_s_pp_vit_b32`, a tiny alias such as `tiny:clip_s`, a Hub id, a directory).
         device: as `load_model` takes it (`"cpu"`, `"cuda"`, `"auto"`; None: CUDA when present).
@@ -482,9 +635,15 @@ def evaluate_captions(
         skip: `"empty_captions"`, `"missing_images"`: skip such rows (counted) instead of refusing them.
         progress: a bar per metric with an ETA (None: when stderr is a terminal; False: none).
         chunk_size: items decoded and scored together (bounds the decoded images held in memory).
+        output_dir: a job folder (`modeling_pacs.jobs`) for the model metrics' per-item scores, `shard_size` items
+            per shard: a rerun with the same items and metrics resumes, finished shards kept.
+        processes: this process among several (an `accelerate.PartialState` under `torchrun`): each scores its own
+            shards of `output_dir`; the main process merges them, runs the n-gram metrics and returns the
+            evaluation, the others return None.
 
     Returns:
-        A `CaptionEvaluation` (`corpus`, `items`, `signatures`, `table()`, ...).
+        A `CaptionEvaluation` (`corpus`, `items`, `signatures`, `table()`, ...); None on a process that is not the
+        main one.
     """
     from ..signatures import ngram_signature
 
@@ -494,8 +653,9 @@ def evaluate_captions(
     refuse_missing_references(items, entries)  # before any row is checked: no row can fix it
     kept, skipped = check_items(items, duplicates, skip, needs_images=bool(models))
     references = item_references(kept, entries)
+    is_main = processes is None or processes.is_main_process
     notes = []
-    if ngrams:
+    if ngrams and is_main:
         from ..extras import require
 
         require("pycocoevalcap", "captioning", "The n-gram metrics (BLEU, METEOR, ROUGE-L, CIDEr, SPICE)")
@@ -512,24 +672,50 @@ def evaluate_captions(
             check_spice_models()
     columns: dict[str, list] = {}
     labels: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     corpus: dict[str, float] = {}
     signatures: dict[str, str] = {}
-    if ngrams:
-        gts, res = tokenize(kept, references)
+
+    def run_ngrams():  # corpus-level (CIDEr's document frequencies): once, on every item with references
+        scored_positions = [position for position in range(len(kept)) if references[position]]
+        scored_items = [kept[position] for position in scored_positions]
+        scored_references = [references[position] for position in scored_positions]
+        gts, res = tokenize(scored_items, scored_references)
         ngram_corpus, ngram_items = score_ngrams(ngrams, gts, res, progress)
-        corpus |= ngram_corpus
-        columns |= ngram_items
-        labels |= {column: column for column in ngram_corpus}
-        signatures |= {entry.name: ngram_signature(entry.spec, references) for entry in ngrams}
+        corpus.update(ngram_corpus)
+        for column, values in ngram_items.items():
+            columns[column] = [None] * len(kept)
+            for position, value in zip(scored_positions, values, strict=True):
+                columns[column][position] = value
+            labels[column], kinds[column] = column, "score"
+        signatures.update({entry.name: ngram_signature(entry.spec, scored_references) for entry in ngrams})
+
+    # One process: the n-gram metrics first, before any model is loaded (their peak memory and the models' do not
+    # add up). Several: the main process runs them once every shard is merged, so that no process waits for them.
+    single_process = processes is None or processes.num_processes == 1
+    if ngrams and single_process:
+        run_ngrams()
     if models:
-        model_items, model_labels, kinds, model_signatures = score_models(
+        scored = score_models(
             models, kept, references, device=device, dtype=dtype, batch_size=batch_size,
-            long_captions=long_captions, progress=progress, chunk_size=chunk_size,
+            long_captions=long_captions, progress=progress, chunk_size=chunk_size, output_dir=output_dir,
+            shard_size=shard_size, processes=processes,
         )  # fmt: skip
+        if scored is None:
+            return None
+        model_items, model_labels, model_kinds, model_signatures = scored
         columns |= model_items
         labels |= model_labels
-        corpus |= {key: math.fsum(values) / len(values) for key, values in model_items.items() if kinds[key] == "score"}
+        kinds |= model_kinds
         signatures |= model_signatures
+    if not is_main:
+        return None
+    if ngrams and not single_process:
+        run_ngrams()
+    for key, values in columns.items():
+        present = [value for value in values if value is not None]
+        if key not in corpus and kinds[key] == "score" and present:
+            corpus[key] = math.fsum(present) / len(present)  # the mean over the items that have a value
     # columns and signatures in the order of `metrics`
     order = [
         column
@@ -540,12 +726,21 @@ def evaluate_captions(
     columns = {column: columns[column] for column in order}
     corpus = {column: corpus[column] for column in order if column in corpus}
     signatures = {entry.name: signatures[entry.name] for entry in entries if entry.name in signatures}
+    without = [] if references is None else [position for position, refs in enumerate(references) if not refs]
+    if without:
+        empty = [
+            labels[column] for column in columns if kinds[column] == "score" and columns[column][without[0]] is None
+        ]
+        note = references_note(len(without), len(kept), empty)
+        notes.append(f"{note}; those corpus scores are over the {len(kept) - len(without)} items that have references")
+        logger.warning(notes[-1])
     rows = [
         {"image_id": item["image_id"], "caption": item["caption"], **{key: values[position] for key, values in
                                                                         columns.items()}}
         for position, item in enumerate(kept)
     ]  # fmt: skip
-    return CaptionEvaluation(corpus, rows, signatures, labels, skipped, notes)
+    return CaptionEvaluation(corpus, rows, signatures, labels, skipped, notes,
+                             [kept[position]["row"] for position in without])  # fmt: skip
 
 
-__all__ = ["CaptionEvaluation", "DEFAULT_METRICS", "evaluate_captions", "known_entries", "parse_metrics"]
+__all__ = ["CaptionEvaluation", "DEFAULT_METRICS", "SHARD_SIZE", "evaluate_captions", "known_entries", "parse_metrics"]

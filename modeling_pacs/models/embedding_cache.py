@@ -4,8 +4,11 @@ Repeated scoring (an SCST reward whose references and images recur every step, a
 against several captions) encodes each distinct input once. Entries are keyed by
 
 - a fingerprint of the model: a hash of every weight and buffer plus the config fields that change an embedding
-  (prompt prefix, text length). It is recomputed whenever a parameter is replaced or modified in place (tracked by
-  PyTorch's tensor version counters), so an optimizer step or `load_state_dict` invalidates every entry;
+  (prompt prefix, text length). Image entries hash only the image side (every tensor but the text tower's, and the
+  image preprocessing), so models that share an image encoder (CLIP-S and PAC-S built on one backbone whose vision
+  tower neither changed) share their image entries when they share a cache. It is recomputed whenever a parameter
+  is replaced or modified in place (tracked by PyTorch's tensor version counters), so an optimizer step or
+  `load_state_dict` invalidates every entry;
 - the content of the input: the caption string, or a hash of the image bytes (file content for paths, pixels for
   PIL images and arrays), never a path alone, so an edited file is a new entry.
 
@@ -44,13 +47,32 @@ def model_weights_stamp(model: torch.nn.Module) -> tuple:
     )
 
 
-def model_fingerprint(model: torch.nn.Module) -> str:
-    """A hash of every parameter and buffer (name, dtype, shape, bytes) and of the config fields used by encoding."""
+# State-dict names of a dual encoder's text side (CLIP's and SigLIP's), which image embeddings do not read.
+TEXT_SIDE_NAMES = ("text_model", "text_projection", "logit_scale", "logit_bias")
+
+
+def model_fingerprint(model: torch.nn.Module, kind: str | None = None) -> str:
+    """A hash of every parameter and buffer (name, dtype, shape, bytes) and of the config fields used by encoding.
+
+    `kind="image"` hashes what an image embedding depends on only: every tensor but the text side's
+    (`TEXT_SIDE_NAMES`) and the image preprocessing (the backbone family's pipeline and image size), so two models
+    with one image encoder have one image fingerprint whatever their text towers, `w` or prompt.
+    """
     digest = hashlib.blake2b(digest_size=16)
     config = getattr(model, "config", None)
-    for field in ("prompt_prefix", "max_text_length"):
-        digest.update(f"{field}={getattr(config, field, None)!r};".encode())
+    if kind == IMAGE:
+        backbone_config = getattr(config, "backbone_config", None)
+        if backbone_config is not None:
+            from .backbones import backbone_spec
+
+            size = getattr(getattr(backbone_config, "vision_config", None), "image_size", None)
+            digest.update(f"image;{backbone_spec(backbone_config)!r};size={size!r};".encode())
+    else:
+        for field in ("prompt_prefix", "max_text_length"):
+            digest.update(f"{field}={getattr(config, field, None)!r};".encode())
     for name, tensor in sorted(model.state_dict().items()):
+        if kind == IMAGE and any(part in name.split(".") for part in TEXT_SIDE_NAMES):
+            continue
         tensor = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -124,7 +146,7 @@ class EmbeddingCache:
         self.entries: OrderedDict[tuple[str, str, str], torch.Tensor] = OrderedDict()
         self.hits = 0
         self.misses = 0
-        self._fingerprints: dict[int, tuple[tuple, str]] = {}
+        self._fingerprints: dict[tuple[int, str], tuple[tuple, str]] = {}
         self._lock = threading.Lock()
         self._filling = threading.local()
 
@@ -137,13 +159,14 @@ class EmbeddingCache:
             self.entries.clear()
             self.hits = self.misses = 0
 
-    def fingerprint(self, model: torch.nn.Module) -> str:
-        """The model's weight fingerprint, recomputed only when a weight tensor changed since the last call."""
+    def fingerprint(self, model: torch.nn.Module, kind: str = TEXT) -> str:
+        """The model's weight fingerprint for `kind` entries (`model_fingerprint`), recomputed only when a weight
+        tensor changed since the last call."""
         stamp = model_weights_stamp(model)
-        known = self._fingerprints.get(id(model))
+        known = self._fingerprints.get((id(model), kind))
         if known is None or known[0] != stamp:
-            known = (stamp, model_fingerprint(model))
-            self._fingerprints[id(model)] = known
+            known = (stamp, model_fingerprint(model, kind))
+            self._fingerprints[(id(model), kind)] = known
         return known[1]
 
     def is_filling(self) -> bool:
@@ -172,7 +195,7 @@ class EmbeddingCache:
         """
         if kind not in (TEXT, IMAGE):
             raise ValueError(f"kind must be '{TEXT}' or '{IMAGE}', got {kind!r}")
-        fingerprint = self.fingerprint(model)
+        fingerprint = self.fingerprint(model, kind)
         keys = [item if kind == TEXT else image_content_key(item) for item in items]
         found: dict[int, torch.Tensor] = {}
         missing: list[int] = []

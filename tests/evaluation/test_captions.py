@@ -235,8 +235,6 @@ def test_bad_items_are_errors_naming_them():
         evaluate_captions([*items_of(), items_of()[0]], ["rouge_l"])
     with pytest.raises(InputError, match=r"^rouge_l, tiny:polos need references, and none were given"):
         evaluate_captions(items_of({i: {"references": []} for i in RESULTS}), ["rouge_l", "tiny:polos"])
-    with pytest.raises(InputError, match=r"item 2 \(image_id 11\) has no references while others do"):
-        evaluate_captions(items_of({11: {"references": []}}), ["rouge_l"])
 
 
 @needs_pycocoevalcap

@@ -58,6 +58,25 @@ def test_changed_weights_invalidate_entries(model):
     assert not torch.allclose(before, after)
 
 
+def test_image_entries_depend_on_the_image_side_only(model, image_folder):
+    """Image entries are keyed by the image tower's weights and preprocessing: a text-side change keeps them (so
+    models with one image encoder share them), a vision-side change is a miss."""
+    model.embedding_cache = EmbeddingCache()
+    before = model.encode_images([image_folder[0]])
+    with torch.no_grad():
+        model.clip.text_projection.weight.mul_(2.0)
+        model.clip.logit_scale.add_(1.0)
+    assert torch.equal(model.encode_images([image_folder[0]]), before)
+    assert (model.embedding_cache.hits, model.embedding_cache.misses) == (1, 1)
+    with torch.no_grad():
+        model.clip.visual_projection.weight.mul_(2.0)
+    after = model.encode_images([image_folder[0]])
+    assert model.embedding_cache.misses == 2
+    model.embedding_cache = None
+    assert_scores_close(after.flatten(), model.encode_images([image_folder[0]]).flatten())
+    assert_scores_close(after.flatten(), 2.0 * before.flatten(), what="a doubled projection doubles the embedding")
+
+
 def test_load_state_dict_invalidates_entries(model, tiny_model_dir):
     other = PACSModel.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     with torch.no_grad():

@@ -1,0 +1,215 @@
+"""`pacs-pp evaluate-captions` at scale: torchrun processes each score their shards of the job folder and give the one
+process's report; a killed run resumes without rescoring or losing an item; models that share an image encoder encode
+each image once; items without references get empty cells (issue 33).
+
+One single-process run (module-scoped) is the reference of every comparison. The child processes run the command
+through `WRAPPER`, which logs each shard a process writes and, when asked, kills its own process right after a given
+number of shards: the kill lands at a known point, not at a timing race."""
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modeling_pacs.cli import main
+from modeling_pacs.evaluation.captions import evaluate_captions
+from modeling_pacs.jobs import ShardedJob
+from tests.fixtures.helpers import random_image
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+JAVA = shutil.which("java") is not None and importlib.util.find_spec("pycocoevalcap") is not None
+MODELS = ("tiny:clip_s", "tiny:polos")  # reference-free and reference-based, a model that needs references
+METRICS = ",".join([*(["cider"] if JAVA else []), *MODELS])  # CIDEr: corpus-level, on the merged rows
+NUM_ITEMS, SHARD_SIZE = 12, 3
+WITHOUT_REFERENCES = (3, 4, 5, 9)  # shard 1 has no item with references: Polos gets empty cells there
+# Runs `pacs-pp` recording "PROCESS SHARD" per shard written in $SHARD_LOG; with $KILL_AFTER_SHARDS=N, SIGKILLs its
+# own process right after its N-th shard (as a crash or a pre-empted machine would).
+WRAPPER = """
+import os, signal, sys
+from modeling_pacs.cli.main import main
+from modeling_pacs.jobs import ShardedJob
+
+write = ShardedJob.write_jsonl_shard
+written = []
+
+def recording(self, shard, rows):
+    write(self, shard, rows)
+    written.append(shard)
+    with open(os.environ["SHARD_LOG"], "a") as log:
+        log.write(f"{self.process_index} {shard}\\n")
+    if len(written) == int(os.environ.get("KILL_AFTER_SHARDS", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+ShardedJob.write_jsonl_shard = recording
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus")
+    (folder / "images").mkdir()
+    lines = []
+    for row in range(NUM_ITEMS):
+        random_image(row, size=(64, 48)).save(folder / "images" / f"{row:02d}.png")
+        references = [] if row in WITHOUT_REFERENCES else [f"a photo of thing {row}", "a noisy gradient picture"]
+        lines.append(json.dumps({"image": f"images/{row:02d}.png", "caption": f"a gradient number {row} on a photo",
+                                 "references": references}))  # fmt: skip
+    (folder / "items.jsonl").write_text("\n".join(lines) + "\n")
+    (folder / "wrapper.py").write_text(WRAPPER)
+    return folder
+
+
+def command_arguments(corpus: Path, job: Path, output: Path) -> list[str]:
+    return ["evaluate-captions", "--results", str(corpus / "items.jsonl"), "--metrics", METRICS, "--output-dir",
+            str(job), "--shard-size", str(SHARD_SIZE), "--output", str(output), "--no-progress",
+            "--device", "cpu"]  # fmt: skip
+
+
+def environment(shard_log: Path, **extra: str) -> dict:
+    return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+            "SHARD_LOG": str(shard_log), **extra}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def one_process(corpus, tmp_path_factory) -> tuple[dict, str]:
+    folder = tmp_path_factory.mktemp("one")
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        main(command_arguments(corpus, folder / "job", folder / "report.json"))
+    return json.loads((folder / "report.json").read_text()), stdout.getvalue()
+
+
+def assert_reports_match(actual: dict, expected: dict):
+    """Ids, captions, columns and empty cells exactly; scores within the fp32 tolerance (other processes)."""
+    assert list(actual["corpus"]) == list(expected["corpus"])
+    assert actual["corpus"] == pytest.approx(expected["corpus"], abs=1e-6)
+    assert [[item["image_id"], item["caption"]] for item in actual["items"]] == [
+        [item["image_id"], item["caption"]] for item in expected["items"]
+    ]
+    for got, want in zip(actual["items"], expected["items"], strict=True):
+        assert list(got) == list(want)
+        assert [value is None for value in got.values()] == [value is None for value in want.values()]
+        assert {key: value for key, value in got.items() if isinstance(value, float)} == pytest.approx(
+            {key: value for key, value in want.items() if isinstance(value, float)}, abs=1e-6
+        )
+    for key in ("signatures", "skipped", "without_references", "notes"):
+        assert actual[key] == expected[key], key
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_two_torchrun_processes_give_the_one_process_report(corpus, one_process, tmp_path):
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+              str(free_port()), str(corpus / "wrapper.py")]  # fmt: skip
+    completed = subprocess.run(
+        [*launch, *command_arguments(corpus, tmp_path / "job", tmp_path / "report.json")],
+        env=environment(tmp_path / "shards.log"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    written = sorted(tuple(map(int, line.split())) for line in (tmp_path / "shards.log").read_text().splitlines())
+    assert written == [(0, 0), (0, 2), (1, 1), (1, 3)]  # the work was split, each shard written once
+    assert completed.stdout.count("| column | metric | score |") == 1  # one table, by the main process
+    assert_reports_match(json.loads((tmp_path / "report.json").read_text()), one_process[0])
+
+
+def test_a_killed_run_resumes_without_rescoring_or_losing_an_item(corpus, one_process, tmp_path, monkeypatch):
+    arguments = command_arguments(corpus, tmp_path / "job", tmp_path / "report.json")
+    killed = subprocess.run(
+        [sys.executable, str(corpus / "wrapper.py"), *arguments],
+        env=environment(tmp_path / "shards.log", KILL_AFTER_SHARDS="2"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    shard_dir = tmp_path / "job" / "shards"
+    finished = {path.name: path.stat().st_mtime_ns for path in shard_dir.glob("shard-*.jsonl")}
+    assert sorted(finished) == ["shard-0000000.jsonl", "shard-0000001.jsonl"]
+    assert not (tmp_path / "report.json").exists()
+
+    written = []
+    original = ShardedJob.write_jsonl_shard
+    monkeypatch.setattr(
+        ShardedJob, "write_jsonl_shard", lambda job, shard, rows: written.append(shard) or original(job, shard, rows)
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(arguments)
+    assert written == [2, 3]  # only the unfinished shards were scored
+    for name, modified in finished.items():
+        assert (shard_dir / name).stat().st_mtime_ns == modified
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [item["image_id"] for item in report["items"]] == [f"images/{row:02d}.png" for row in range(NUM_ITEMS)]
+    assert_reports_match(report, one_process[0])
+
+
+def test_items_without_references_get_empty_cells_counted_in_the_footer(corpus, one_process):
+    report, stdout = one_process
+    assert report["without_references"] == list(WITHOUT_REFERENCES)
+    ngram_columns = ["CIDEr"] if JAVA else []
+    for row, item in enumerate(report["items"]):
+        empty = row in WITHOUT_REFERENCES
+        for column in ["tiny:clip_s/ref_score", "tiny:polos/score", *ngram_columns]:
+            assert (item[column] is None) == empty, (row, column)
+        assert isinstance(item["tiny:clip_s/score"], float)  # reference-free: every item
+    for column in ("tiny:clip_s/ref_score", "tiny:polos/score"):  # means over the items that have a value
+        present = [item[column] for item in report["items"] if item[column] is not None]
+        assert report["corpus"][column] == pytest.approx(sum(present) / len(present), abs=1e-12)
+    labels = " and ".join([*ngram_columns, "RefCLIP-S", "Polos"])  # in the order of --metrics
+    note = (f"4 of 12 items have no references: their {labels} cells are empty; those corpus scores are over the 8 "
+            "items that have references")  # fmt: skip
+    assert report["notes"] == [note]
+    assert f"12 items scored, 0 rows skipped\n{note}" in stdout
+    if JAVA:  # CIDEr's document frequencies come from the items with references alone
+        rows = [json.loads(line) for line in (corpus / "items.jsonl").read_text().splitlines()]
+        alone = evaluate_captions(
+            [{"image_id": row["image"], "caption": row["caption"], "references": row["references"]}
+             for row in rows if row["references"]], ["cider"], progress=False,
+        )  # fmt: skip
+        assert report["corpus"]["CIDEr"] == alone.corpus["CIDEr"]
+        assert [item["CIDEr"] for item in report["items"] if item["CIDEr"] is not None] == [
+            item["CIDEr"] for item in alone.items
+        ]
+
+
+def test_models_sharing_an_image_encoder_encode_each_image_once(corpus, monkeypatch):
+    from modeling_pacs.models.modeling_pacs import PACSModel
+
+    encoded = []
+    original = PACSModel.image_batch_encoder
+
+    def counting(model):
+        encode = original(model)
+        return lambda pixel_values: encoded.append(len(pixel_values)) or encode(pixel_values)
+
+    monkeypatch.setattr(PACSModel, "image_batch_encoder", counting)
+    items = [{"image_id": row, "image": str(corpus / "images" / f"{row:02d}.png"), "caption": f"a picture {row}",
+              "references": ["a noisy gradient picture"]} for row in range(NUM_ITEMS)]  # fmt: skip
+    # tiny:clip_s and tiny:pac_s: one random backbone (other w, other names); tiny (PAC-S++): LoRA on its vision
+    together = evaluate_captions(items, ["tiny:clip_s", "tiny:pac_s", "tiny"], progress=False, device="cpu")
+    assert sum(encoded) == 2 * NUM_ITEMS  # once for CLIP-S and PAC-S together, once for PAC-S++
+    for name in ("tiny:clip_s", "tiny:pac_s"):
+        encoded.clear()
+        alone = evaluate_captions(items, [name], progress=False, device="cpu")
+        assert sum(encoded) == NUM_ITEMS
+        assert list(alone.corpus) == [column for column in together.corpus if column.startswith(f"{name}/")]
+        for column, value in alone.corpus.items():
+            assert together.corpus[column] == pytest.approx(value, abs=1e-6)
+            assert [item[column] for item in together.items] == pytest.approx(
+                [item[column] for item in alone.items], abs=1e-6
+            )
