@@ -874,10 +874,6 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
             comparison_json(ranked),
         )
 
-    def list_metrics() -> list[str]:
-        """The metrics `/compare` accepts (model aliases, the operator's model, and BLEU/ROUGE-L where Java runs)."""
-        return list(choices)
-
     with gr.Tab("Compare metrics", id="compare"):
         gr.Markdown(
             "Pick several metrics: each caption gets one column per score of each (CLIP-S, PAC-S++, RefPAC-S++, "
@@ -931,7 +927,6 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
         gr.Button(visible=False).click(
             compare, inputs=inputs, outputs=[best, table, details], api_name="compare", preprocess=False
         )
-    gr.api(list_metrics, api_name="list_metrics")
 
 
 # ---------------------------------------------------------------------------------------------------- app
@@ -969,6 +964,12 @@ def build_demo(
         Returns the best caption (plain text), the ranked table, the bar-chart data and the results as JSON.
         """
         return run_guarded(score_form, image, captions_text, references_text, model)
+
+    metrics = metric_choices(choices, cache.local_entry, ngram_metrics_available() if ngrams is None else ngrams)
+
+    def list_metrics() -> list[str]:
+        """The metrics `/compare` accepts (model aliases, the operator's model, and BLEU/ROUGE-L where Java runs)."""
+        return list(metrics)
 
     def list_models() -> list[str]:
         """The model selector's entries (the path of any local model directory is accepted as well)."""
@@ -1049,12 +1050,9 @@ def build_demo(
                     score, inputs=inputs, outputs=[best, table, chart, details], api_name="score", preprocess=False
                 )
             build_video_tab(cache, selector_entries)
-            build_compare_tab(
-                cache,
-                metric_choices(choices, cache.local_entry, ngram_metrics_available() if ngrams is None else ngrams),
-                default_metrics=list(next(iter(choices.values()))),
-            )
+            build_compare_tab(cache, metrics, default_metrics=list(next(iter(choices.values()))))
         gr.api(list_models, api_name="list_models")
+        gr.api(list_metrics, api_name="list_metrics")
     demo.queue(default_concurrency_limit=concurrency_limit(), max_size=MAX_QUEUE_SIZE)
     return demo
 
