@@ -881,7 +881,9 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
         )
         with gr.Row():
             with gr.Column():
-                image = gr.Image(type="filepath", sources=["upload", "clipboard"], label="Image", height=260)
+                image = gr.Image(
+                    type="filepath", sources=["upload", "clipboard"], label="Image", height=260, elem_id="compare-image"
+                )
                 metrics = gr.CheckboxGroup(
                     choices=[(text, value) for value, text in choices.items()],
                     value=default_metrics,
