@@ -46,7 +46,6 @@ from modeling_pacs.registry import (
     RELEASES,
     SPACE_CHOICES,
     TINY_ALIASES,
-    TINY_SPECS,
     parse_tiny_alias,
     spec_of,
     tiny_alias,
@@ -698,7 +697,7 @@ def metric_choices(entries: dict[str, tuple[str, str]], local_entry: str | None,
     choices = {local_entry: f"{local_entry} (this server's model)"} if local_entry else {}
     for name in dict.fromkeys(names):
         if tiny:
-            choices[name] = f"{name} (tiny {TINY_SPECS[parse_tiny_alias(name)[1]].display_name} model, random weights)"
+            choices[name] = f"{name} (tiny model, random weights)"
         else:
             choices[name] = f"{name}: {RELEASES[name][1].description}"
     if ngrams:
