@@ -263,7 +263,9 @@ def test_the_guides_client_snippet_runs_against_the_tiny_space(space_url, space_
     exec(snippet.replace("http://127.0.0.1:7860/", space_url), {})
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Loaded as API")]
     assert lines[0] == str([space_models["local"], TINY_CHOICE])
-    assert [line.split()[0] for line in lines[1:]] == ["1", "2"]  # one row per candidate, best first
+    assert [line.split()[0] for line in lines[1:3]] == ["1", "2"]  # one row per candidate, best first
+    # the first two metrics of this Space: the operator's model (PAC-S++), then the tiny CLIP-S
+    assert lines[3:] == [f"RefPAC-S++ {sorted(['PAC-S++', 'RefPAC-S++', 'CLIP-S', 'RefCLIP-S'])}"]
 
 
 def test_named_endpoints_and_model_list(client, space_models):
