@@ -23,6 +23,7 @@ Call it from Python:
 """
 
 import argparse
+import importlib.util
 import ipaddress
 import logging
 import math
@@ -35,10 +36,20 @@ from pathlib import Path
 import PIL.Image
 
 from modeling_pacs import PACSModel, results
+from modeling_pacs.errors import InputError
+from modeling_pacs.evaluation.captions import evaluate_captions, java_available
 from modeling_pacs.extras import require
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import ImageInputError, load_image
-from modeling_pacs.registry import SPACE_CHOICES, spec_of, tiny_alias
+from modeling_pacs.registry import (
+    METRICS,
+    RELEASES,
+    SPACE_CHOICES,
+    TINY_ALIASES,
+    parse_tiny_alias,
+    spec_of,
+    tiny_alias,
+)
 
 gr = require("gradio", "demo", "The Space")
 pd = require("pandas", "demo", "The Space")
@@ -176,8 +187,12 @@ class ModelCache:
         # The selector entry of the operator's model: its path locally, its folder's name on a public Space.
         self.local_entry = local_model_entry(local_model, public=not allow_typed_paths) if local_model else None
         self.loaded: dict[str, ScoringModels] = {}
-        # One lock per entry: a slow load (the Hub retrying) never holds up requests for models already loaded.
+        # Each model once per process, whichever entries or compared metrics name it (`load_model` name -> model).
+        self.models: dict[str, PACSModel] = {}
+        # One lock per entry and per model: a slow load (the Hub retrying) never holds up requests for models already
+        # loaded.
         self.locks: dict[str, threading.Lock] = {}
+        self.model_locks: dict[str, threading.Lock] = {}
         self.locks_lock = threading.Lock()
 
     def get(self, choice: str) -> ScoringModels:
@@ -203,16 +218,14 @@ class ModelCache:
         label = self.local_entry if self.local_model and choice == self.local_model else choice
         if choice in self.choices:
             clip_s_name, pac_s_name = self.choices[choice]
-            return ScoringModels(
-                clip_s=self.load_or_explain(clip_s_name, choice), pac_s=self.load_or_explain(pac_s_name, choice)
-            )
+            return ScoringModels(clip_s=self.model(clip_s_name, choice), pac_s=self.model(pac_s_name, choice))
         if not Path(choice).expanduser().is_dir():
             raise gr.Error(
                 f"model '{shown(label)}' is neither one of {sorted(self.choices)} nor an existing local model "
                 "directory: pick an entry of the list or type the path of a PAC-S++ model directory",
                 title="Unknown model",
             )
-        pac_s = self.load_or_explain(str(Path(choice).expanduser()), label)
+        pac_s = self.model(str(Path(choice).expanduser()), label)
         # A model names the CLIP it was trained from (`base_model_id`, Polos' `clip_model_id`); one naming none
         # (Pearl, with its own CLIP among its encoders) scores on its own.
         clip_model_id = getattr(pac_s.config, "base_model_id", None) or getattr(pac_s.config, "clip_model_id", None)
@@ -234,6 +247,15 @@ class ModelCache:
                 logger.warning("CLIP-S of %r is not available: %s", choice, error)
             return ScoringModels(clip_s=None, pac_s=pac_s, clip_s_unavailable_reason=reason)
         return ScoringModels(clip_s=clip_s, pac_s=pac_s)
+
+    def model(self, name: str, choice: str) -> PACSModel:
+        """The model `load_model(name)`, loaded once per process (a failed load is not kept: a retry loads)."""
+        with self.locks_lock:
+            lock = self.model_locks.setdefault(name, threading.Lock())
+        with lock:
+            if name not in self.models:
+                self.models[name] = self.load_or_explain(name, choice)
+            return self.models[name]
 
     def load_or_explain(self, name: str, choice: str) -> PACSModel:
         """`load_model(name)`; a failure is a `gr.Error` with the reason (public Space: logged, not shown)."""
@@ -468,7 +490,7 @@ def chart_data(table: pd.DataFrame) -> pd.DataFrame:
     return long.sort_values("bar", kind="stable").drop(columns="rank").reset_index(drop=True)
 
 
-def summary_text(table: pd.DataFrame, models: ScoringModels, random_weights: bool) -> str:
+def summary_text(table: pd.DataFrame, models: ScoringModels | None, random_weights: bool) -> str:
     """The best caption, what it was ranked by, and notes the user needs to read the numbers right.
 
     Plain text, shown in a text box: a caption is never rendered as Markdown or HTML.
@@ -476,7 +498,7 @@ def summary_text(table: pd.DataFrame, models: ScoringModels, random_weights: boo
     ranked_by = table.attrs["ranked_by"]
     best = table.iloc[0]
     lines = [f"“{best['caption']}”", f"{ranked_by} {best[ranked_by]:.4f} (ranked by {ranked_by})"]
-    if models.clip_s_unavailable_reason:
+    if models is not None and models.clip_s_unavailable_reason:
         lines.append(f"CLIP-S is not shown: {models.clip_s_unavailable_reason}")
     if table.attrs.get("truncated") and table.attrs.get("truncation_fix"):
         lines.append(
@@ -651,10 +673,270 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
         )
 
 
+# ---------------------------------------------------------------------------------------------------- compare tab
+# The n-gram metrics a request can afford, offered only where Java runs (pycocoevalcap's PTB tokenizer is a Java
+# program): BLEU and ROUGE-L score each caption on its own. CIDEr-D is left out: its IDF comes from the corpus'
+# references, which one image's captions share, so every n-gram weighs 0 and every caption scores 0. METEOR and SPICE
+# start a large Java program per call.
+SPACE_NGRAM_METRICS = ("bleu", "rouge_l")
+
+
+def ngram_metrics_available() -> bool:
+    """Whether pycocoevalcap is installed and `java -version` runs: then the compare tab offers BLEU and ROUGE-L."""
+    return importlib.util.find_spec("pycocoevalcap") is not None and java_available()
+
+
+def metric_choices(entries: dict[str, tuple[str, str]], local_entry: str | None, ngrams: bool) -> dict[str, str]:
+    """The compare tab's metrics: value (the name `pacs-pp evaluate-captions --metrics` takes; the operator's model by
+    its selector entry) -> the text the list shows. The model metrics are those of the selector's `entries` (tiny
+    ones: every tiny model of the CLIP backbone), the first entry's pair first."""
+    names = [name for pair in entries.values() for name in pair]
+    tiny = parse_tiny_alias(names[0]) is not None
+    if tiny:
+        names += [alias for alias in TINY_ALIASES if parse_tiny_alias(alias)[0] == "clip"]
+    choices = {local_entry: f"{local_entry} (this server's model)"} if local_entry else {}
+    for name in dict.fromkeys(names):
+        if tiny:
+            choices[name] = f"{name} (tiny model, random weights)"
+        else:
+            choices[name] = f"{name}: {RELEASES[name][1].description}"
+    if ngrams:
+        for name in SPACE_NGRAM_METRICS:
+            choices[name] = f"{name}: {METRICS[name].display_name} (pycocoevalcap; needs references)"
+    return choices
+
+
+def check_metrics(metrics: object, choices: dict[str, str]) -> list[str]:
+    """The chosen metrics (each once, in order); a `gr.Error` for anything that is not a list of offered names."""
+    if isinstance(metrics, str):  # an API client may send one name
+        metrics = [metrics]
+    if not isinstance(metrics, list) or not all(isinstance(metric, str) for metric in metrics):
+        raise gr.Error("the metrics must be a list of names, as /list_metrics returns them", title="Unknown metric")
+    chosen = list(dict.fromkeys(metric.strip() for metric in metrics if metric.strip()))
+    if not chosen:
+        raise gr.Error("pick at least one metric in the list", title="No metrics")
+    for metric in chosen:
+        if metric in choices:
+            continue
+        if metric in SPACE_NGRAM_METRICS:
+            raise gr.Error(
+                f"{metric} is not offered by this server: it needs Java (pycocoevalcap's PTB tokenizer), which is "
+                "not installed here; pick a model metric",
+                title="Unknown metric",
+            )
+        raise gr.Error(f"unknown metric '{shown(metric)}': pick from {list(choices)}", title="Unknown metric")
+    return chosen
+
+
+def compare_request(request: ScoreRequest, metrics: list[str], load) -> pd.DataFrame:
+    """One column per output score of each metric, per caption, in the order of `metrics` (not ranked yet).
+
+    `load(metric)` gives a metric's model (loaded once per process). Model metrics are `model.score` read through
+    `results.result_columns`, as `pacs-pp evaluate-captions` reads them; the image is decoded once (the request's)
+    and encoded once per model. The n-gram metrics are `evaluate_captions` itself. A heading is the column's label
+    (`CLIP-S`, `RefPAC-S++`, `Bleu_4`), followed by `[metric]` where two metrics give the same label; `attrs["columns"]`
+    maps each heading to its `evaluate-captions` column (`tiny:clip_s/score`, `Bleu_4`).
+    """
+    captions = request.captions
+    images = [request.image] * len(captions)
+    references = [request.references] * len(captions) if request.references else None
+    ngrams = [metric for metric in metrics if metric in SPACE_NGRAM_METRICS]
+    if ngrams and references is None:
+        raise gr.Error(
+            f"{' and '.join(ngrams)} compare each caption with references: enter at least one reference, or leave "
+            f"{'it' if len(ngrams) == 1 else 'them'} out",
+            title="No references",
+        )
+    found: dict[str, list[tuple[str, str, list]]] = {}  # metric -> (label, evaluate-captions column, values)
+    truncated, fixes, random_weights = set(), [], False
+    for metric in metrics:
+        if metric in ngrams:
+            continue
+        model = load(metric)
+        spec = spec_of(model)
+        if spec.capabilities.needs_references and references is None:
+            raise gr.Error(
+                f"{metric} ({spec.display_name}) is a reference-based metric: enter at least one reference, or leave "
+                "it out",
+                title="No references",
+            )
+        output = model.score(images, captions, references=references)
+        columns = results.score_columns(results.result_columns(model, output, spec))
+        found[metric] = [(column.label, f"{metric}/{column.key}", column.values) for column in columns]
+        counts = getattr(output, "truncated_tokens", None)
+        truncated |= set() if counts is None else {index for index, count in enumerate(counts.tolist()) if count > 0}
+        fixes.append(getattr(model, "truncation_fix", None))
+        random_weights = random_weights or parse_tiny_alias(metric) is not None
+    if ngrams:
+        items = [{"image_id": index, "caption": caption, "references": request.references}
+                 for index, caption in enumerate(captions)]  # fmt: skip
+        try:
+            evaluation = evaluate_captions(items, metrics=ngrams, duplicates="separate", progress=False)
+        except InputError as error:
+            raise gr.Error(str(error), title="Could not score") from error
+        for metric in ngrams:
+            columns = [column for column in METRICS[metric].scorer_columns if column in evaluation.corpus]
+            if not columns:  # Java stopped working since the server started: the evaluation skipped it
+                raise gr.Error(
+                    f"{metric} could not run on this server right now: pick a model metric", title="Could not score"
+                )
+            found[metric] = [(column, column, [row[column] for row in evaluation.items]) for column in columns]
+    labels = [label for metric in metrics for label, _, _ in found[metric]]
+    table = pd.DataFrame({"caption": captions})
+    headings = {}
+    for metric in metrics:
+        for label, column, values in found[metric]:
+            heading = label if labels.count(label) == 1 else f"{label} [{metric}]"
+            table[heading] = values
+            headings[heading] = column
+    check_finite(table)
+    table.attrs.update(
+        metrics=metrics,
+        columns=headings,
+        truncated=len(truncated),
+        truncation_fix=next((fix for fix in fixes if fix), None),
+        random_weights=random_weights,
+    )
+    return table
+
+
+def rank_comparison(table: pd.DataFrame, rank_by: object) -> pd.DataFrame:
+    """`table` ranked by the column `rank_by` (a heading; empty: the first column), best first; a `gr.Error` naming
+    the columns when `rank_by` is not one of them."""
+    headings = score_columns(table)
+    if rank_by is None or (isinstance(rank_by, str) and not rank_by.strip()):
+        rank_by = headings[0]
+    if not isinstance(rank_by, str) or rank_by.strip() not in headings:
+        shown_value = shown(rank_by) if isinstance(rank_by, str) else type(rank_by).__name__
+        raise gr.Error(
+            f"cannot rank by '{shown_value}': the columns of this comparison are {headings}", title="Unknown column"
+        )
+    rank_by = rank_by.strip()
+    ranked = table.sort_values(rank_by, ascending=False, kind="stable").reset_index(drop=True)
+    ranked.insert(0, "rank", range(1, len(ranked) + 1))
+    ranked.attrs = {**table.attrs, "ranked_by": rank_by}
+    return ranked
+
+
+def comparison_json(table: pd.DataFrame) -> dict:
+    """The ranked comparison as plain JSON (the `details` output of `/compare`): the metrics, the column the ranking
+    used, each heading's `pacs-pp evaluate-captions` column, and one record per caption, best first."""
+    return {
+        "metrics": table.attrs["metrics"],
+        "ranked_by": table.attrs["ranked_by"],
+        "columns": table.attrs["columns"],
+        "results": table.to_dict(orient="records"),
+    }
+
+
+def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metrics: list[str]):
+    """The "Compare metrics" tab and its `/compare` endpoint: several metrics of the registry side by side, one
+    column per output score, per caption, ranked by any column (the "Rank by" list re-ranks without re-scoring)."""
+
+    def load(metric: str) -> PACSModel:
+        name = cache.local_model if cache.local_model and metric == cache.local_entry else metric
+        return cache.model(name, metric)
+
+    def compare_form(image, captions_text, references_text, metrics, rank_by):
+        metrics = check_metrics(metrics, choices)
+        request = parse_request(image, captions_text, references_text)
+        table = compare_request(request, metrics, load)
+        ranked = rank_comparison(table, rank_by)
+        return (
+            summary_text(ranked, None, random_weights=ranked.attrs["random_weights"]),
+            styled_table(ranked),
+            comparison_json(ranked),
+            table,
+        )
+
+    def compare(image: dict | None, captions_text: str, references_text: str, metrics: list[str], rank_by: str):
+        """Compare metrics on candidate captions (one per line) of an image, with optional references (one per
+        line): `metrics` are names from `/list_metrics`; `rank_by` is a column heading ('' for the first column).
+
+        Returns the best caption (plain text), the ranked table and the results as JSON.
+        """
+        return run_guarded(compare_form, image, captions_text, references_text, metrics, rank_by)[:3]
+
+    def compare_and_keep(image, captions_text, references_text, metrics, rank_by):
+        best, styled, details, table = run_guarded(
+            compare_form, image, captions_text, references_text, metrics, rank_by
+        )
+        return best, styled, details, gr.update(choices=score_columns(table), value=details["ranked_by"]), table
+
+    def rerank(table, rank_by):
+        if table is None:
+            raise gr.Error("compare some captions first", title="Nothing to rank")
+        ranked = run_guarded(rank_comparison, table, rank_by)
+        return (
+            summary_text(ranked, None, random_weights=ranked.attrs["random_weights"]),
+            styled_table(ranked),
+            comparison_json(ranked),
+        )
+
+    with gr.Tab("Compare metrics", id="compare"):
+        gr.Markdown(
+            "Pick several metrics: each caption gets one column per score of each (CLIP-S, PAC-S++, RefPAC-S++, "
+            "Polos, ... and, on servers with Java, BLEU and ROUGE-L against the references). Rank by any column."
+        )
+        with gr.Row():
+            with gr.Column():
+                image = gr.Image(
+                    type="filepath", sources=["upload", "clipboard"], label="Image", height=260, elem_id="compare-image"
+                )
+                metrics = gr.CheckboxGroup(
+                    choices=[(text, value) for value, text in choices.items()],
+                    value=default_metrics,
+                    label="Metrics",
+                    elem_id="compare-metrics",
+                )
+            with gr.Column():
+                captions = gr.Textbox(
+                    lines=6,
+                    label=f"Candidate captions (one per line, at most {MAX_CAPTIONS})",
+                    elem_id="compare-captions",
+                )
+                references = gr.Textbox(
+                    lines=3,
+                    label=f"Reference captions (optional, one per line, at most {MAX_REFERENCES})",
+                    elem_id="compare-references",
+                )
+                button = gr.Button("Compare metrics", variant="primary", elem_id="compare-button")
+        message = gr.Textbox(label="Message", lines=2, interactive=False, visible=False, elem_id="compare-message")
+        best = gr.Textbox(label="Best caption", lines=2, interactive=False, elem_id="compare-best-caption")
+        rank_by = gr.Dropdown(choices=[], value=None, label="Rank by", interactive=True, elem_id="compare-rank-by")
+        table = gr.Dataframe(label="Captions, one column per score", interactive=False, wrap=True,
+                             elem_id="compare-table")  # fmt: skip
+        with gr.Accordion("Results as JSON", open=False):
+            details = gr.JSON(label="details")
+        scored = gr.State(None)  # the last comparison, unranked: kept on the server, re-ranked by "Rank by"
+        gr.Examples(examples=EXAMPLES, inputs=[image, captions, references])
+        inputs = [image, captions, references, metrics, rank_by]
+        button.click(
+            page_handler(compare_and_keep, 5),
+            inputs=inputs,
+            outputs=[message, best, table, details, rank_by, scored],
+            api_visibility="private",
+            preprocess=False,
+        )
+        rank_by.input(
+            page_handler(rerank, 3),
+            inputs=[scored, rank_by],
+            outputs=[message, best, table, details],
+            api_visibility="private",
+            preprocess=False,
+        )
+        gr.Button(visible=False).click(
+            compare, inputs=inputs, outputs=[best, table, details], api_name="compare", preprocess=False
+        )
+
+
 # ---------------------------------------------------------------------------------------------------- app
-def build_demo(tiny: bool | None = None, local_model: str | None = None, public: bool | None = None) -> gr.Blocks:
+def build_demo(
+    tiny: bool | None = None, local_model: str | None = None, public: bool | None = None, ngrams: bool | None = None
+) -> gr.Blocks:
     """The Blocks app. `tiny=None` reads `PACS_SPACE_TINY`; `local_model=None` reads `PACS_SPACE_MODEL`;
-    `public=None` means "on the Hub" (`SPACE_ID` is set; `main` also counts a non-loopback `--host`).
+    `public=None` means "on the Hub" (`SPACE_ID` is set; `main` also counts a non-loopback `--host`); `ngrams=None`
+    offers BLEU and ROUGE-L in the compare tab where pycocoevalcap and Java are installed.
 
     A local model directory becomes the selector's first (default) entry. A public app refuses typed model paths.
     """
@@ -683,6 +965,12 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
         Returns the best caption (plain text), the ranked table, the bar-chart data and the results as JSON.
         """
         return run_guarded(score_form, image, captions_text, references_text, model)
+
+    metrics = metric_choices(choices, cache.local_entry, ngram_metrics_available() if ngrams is None else ngrams)
+
+    def list_metrics() -> list[str]:
+        """The metrics `/compare` accepts (model aliases, the operator's model, and BLEU/ROUGE-L where Java runs)."""
+        return list(metrics)
 
     def list_models() -> list[str]:
         """The model selector's entries (the path of any local model directory is accepted as well)."""
@@ -763,7 +1051,9 @@ def build_demo(tiny: bool | None = None, local_model: str | None = None, public:
                     score, inputs=inputs, outputs=[best, table, chart, details], api_name="score", preprocess=False
                 )
             build_video_tab(cache, selector_entries)
+            build_compare_tab(cache, metrics, default_metrics=list(next(iter(choices.values()))))
         gr.api(list_models, api_name="list_models")
+        gr.api(list_metrics, api_name="list_metrics")
     demo.queue(default_concurrency_limit=concurrency_limit(), max_size=MAX_QUEUE_SIZE)
     return demo
 

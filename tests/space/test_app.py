@@ -31,6 +31,7 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from playwright.sync_api import expect, sync_playwright
 
+from modeling_pacs.evaluation.captions import java_available
 from modeling_pacs.loading import load_model
 from modeling_pacs.models.inputs import load_image
 from modeling_pacs.testing.pacs import make_tiny_model
@@ -41,6 +42,8 @@ APP = REPO_ROOT / "space" / "app.py"
 EXAMPLES = REPO_ROOT / "space" / "examples"
 RED_CIRCLE = EXAMPLES / "red_circle.png"
 TINY_CHOICE = "tiny (random weights)"
+# The compare tab's metrics on a --tiny Space: the selector's pair first, then every tiny model of the CLIP backbone.
+TINY_METRICS = ["tiny:clip_s", "tiny", "tiny:pac_s", "tiny:polos", "tiny:pearl"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -225,6 +228,17 @@ def assert_results_match(details: dict, expected: dict[str, dict[str, float]], r
     assert ranking_values == sorted(ranking_values, reverse=True)
 
 
+def compare(client: Client, image, captions: list[str], references: list[str], metrics: list[str], rank_by=""):
+    return client.predict(
+        handle_file(str(image)),
+        "\n".join(captions),
+        "\n".join(references),
+        metrics,
+        rank_by,
+        api_name="/compare",
+    )
+
+
 def score(client: Client, image, captions: list[str], references: list[str], model: str):
     return client.predict(
         handle_file(str(image)) if image is not None else None,
@@ -249,13 +263,18 @@ def test_the_guides_client_snippet_runs_against_the_tiny_space(space_url, space_
     exec(snippet.replace("http://127.0.0.1:7860/", space_url), {})
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("Loaded as API")]
     assert lines[0] == str([space_models["local"], TINY_CHOICE])
-    assert [line.split()[0] for line in lines[1:]] == ["1", "2"]  # one row per candidate, best first
+    assert [line.split()[0] for line in lines[1:3]] == ["1", "2"]  # one row per candidate, best first
+    # the first two metrics of this Space: the operator's model (PAC-S++), then the tiny CLIP-S
+    assert lines[3:] == [f"RefPAC-S++ {sorted(['PAC-S++', 'RefPAC-S++', 'CLIP-S', 'RefCLIP-S'])}"]
 
 
 def test_named_endpoints_and_model_list(client, space_models):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
-    assert set(endpoints) == {"/score", "/list_models", "/score_video"}
+    assert set(endpoints) == {"/score", "/list_models", "/score_video", "/compare", "/list_metrics"}
     assert client.predict(api_name="/list_models") == [space_models["local"], TINY_CHOICE]
+    ngrams = ["bleu", "rouge_l"] if java_available() else []
+    metrics = [space_models["local"], *TINY_METRICS, *ngrams]
+    assert client.predict(api_name="/list_metrics") == metrics
 
 
 def test_score_with_references_matches_engine(client, space_models):
@@ -369,10 +388,64 @@ def test_twenty_concurrent_requests_equal_direct_engine_calls(client, space_mode
         assert_results_match(details, expected_scores, ranked_by="RefPAC-S++" if references else "PAC-S++")
 
 
+def test_twenty_concurrent_comparisons_equal_direct_engine_calls(client, space_models):
+    """20 clients compare metrics at once, with the /score requests of other clients: each column of each result is
+    the engine's score; two PAC-S++ models get headings that name them."""
+    local = space_models["local"]
+    clip_s, tiny = space_models["engines"][TINY_CHOICE]
+    local_pac_s = space_models["engines"][local][1]
+    images = sorted(EXAMPLES.glob("*.png"))
+    requests = []
+    for index in range(20):
+        captions = [f"a picture number {index}", f"shape {index % 5} on a plain background", "a photo of a dog"]
+        references = [f"reference {index}"] if index % 2 else []
+        metrics = [["tiny:clip_s", "tiny"], [local, "tiny", "tiny:clip_s"]][index % 2]
+        rank_by = ["", "CLIP-S", "PAC-S++"][index % 3] if index % 2 == 0 else "RefPAC-S++ [tiny]"
+        requests.append((images[index % len(images)], captions[: 1 + index % 3], references, metrics, rank_by))
+    jobs = [
+        client.submit(handle_file(str(image)), "\n".join(captions), "\n".join(references), metrics, rank_by,
+                      api_name="/compare")
+        for image, captions, references, metrics, rank_by in requests
+    ]  # fmt: skip
+    others = [
+        client.submit(handle_file(str(RED_CIRCLE)), "a red circle", "", TINY_CHOICE, api_name="/score")
+        for _ in range(5)
+    ]
+    for job, (image, captions, references, metrics, rank_by) in zip(jobs, requests):
+        details = job.result(timeout=REQUEST_SECONDS)[2]
+        images_given = [str(image)] * len(captions)
+        references_given = [references] * len(captions) if references else None
+        clip_output = clip_s.score(images_given, captions, references=references_given)
+        expected = {"CLIP-S": clip_output.scores.tolist()}
+        if references:
+            expected["RefCLIP-S"] = clip_output.ref_scores.tolist()
+        tiny_output = tiny.score(images_given, captions, references=references_given)
+        if local in metrics:
+            local_output = local_pac_s.score(images_given, captions, references=references_given)
+            expected[f"PAC-S++ [{local}]"] = local_output.scores.tolist()
+            expected[f"RefPAC-S++ [{local}]"] = local_output.ref_scores.tolist()
+            expected["PAC-S++ [tiny]"] = tiny_output.scores.tolist()
+            expected["RefPAC-S++ [tiny]"] = tiny_output.ref_scores.tolist()
+        else:
+            expected["PAC-S++"] = tiny_output.scores.tolist()
+        assert set(details["columns"]) == set(expected)
+        ranked_by = rank_by or "CLIP-S"
+        assert details["ranked_by"] == ranked_by
+        rows = details["results"]
+        assert [row["rank"] for row in rows] == list(range(1, len(captions) + 1))
+        assert [row[ranked_by] for row in rows] == sorted((row[ranked_by] for row in rows), reverse=True)
+        by_caption = {row["caption"]: row for row in rows}
+        for heading, values in expected.items():
+            assert_scores_close([by_caption[caption][heading] for caption in captions], values)
+    for job in others:
+        assert job.result(timeout=REQUEST_SECONDS)[3]["results"][0]["caption"] == "a red circle"
+
+
 # ---------------------------------------------------------------------------------------------------- browser
-def artifact_directory() -> Path:
-    """Where screenshots go: $PACS_TEST_ARTIFACTS, else `artifacts/` at the repository root (git-ignored)."""
-    directory = Path(os.environ.get("PACS_TEST_ARTIFACTS", REPO_ROOT / "artifacts"))
+def artifact_directory(tmp_path: Path) -> Path:
+    """Where screenshots go: $PACS_TEST_ARTIFACTS when set (CI keeps them), else the test's `tmp_path`: a test run
+    writes nothing into the repository."""
+    directory = Path(os.environ.get("PACS_TEST_ARTIFACTS") or tmp_path)
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -390,13 +463,13 @@ def require_chromium():
     pytest.skip(reason)
 
 
-def test_browser_upload_type_click_and_read_scores(space_url, space_models):
+def test_browser_upload_type_click_and_read_scores(space_url, space_models, tmp_path):
     require_chromium()
     captions = ["a red circle on a white background", "a blue square", "a photo of a dog"]
     references = ["a red disc in the middle of a white image"]
     expected = engine_scores(space_models["engines"][space_models["local"]], RED_CIRCLE, captions, references)
     ranked = sorted(expected, key=lambda caption: -expected[caption]["RefPAC-S++"])
-    screenshot = artifact_directory() / "space_end_to_end.png"
+    screenshot = artifact_directory(tmp_path) / "space_end_to_end.png"
     example_captions = ["a blue square on a pale yellow background", "a red circle", "a green triangle"]
     example_references = "a dark blue square in the centre"
     example_expected = engine_scores(
@@ -406,6 +479,12 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
         [example_references],
     )
     example_best = max(example_expected, key=lambda caption: example_expected[caption]["RefPAC-S++"])
+    compared = [HOSTILE_CAPTION, *captions[:2]]
+    compare_expected = engine_scores(space_models["engines"][TINY_CHOICE], RED_CIRCLE, compared, references)
+    compare_best = {
+        name: max(compared, key=lambda caption: compare_expected[caption][name]) for name in ("CLIP-S", "RefPAC-S++")
+    }
+    compare_screenshot = artifact_directory(tmp_path) / "space_compare.png"
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
@@ -460,8 +539,25 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
             expect(message).to_have_value(
                 starts_with("Caption too long: caption 1 ('it's <b>bold</b> <img src=x>xxxxxxxxxxxx...') is 328 ")
             )
+
+            # The compare tab (default metrics: the tiny CLIP-S and PAC-S++), ranked by the first column, then by
+            # "Rank by" without scoring again; the hostile caption is text in its table too.
+            page.get_by_role("tab", name="Compare metrics").click()
+            page.locator("#compare-image input[type=file]").set_input_files(str(RED_CIRCLE))
+            page.locator("#compare-captions textarea").fill("\n".join(compared))
+            page.locator("#compare-references textarea").fill("\n".join(references))
+            page.locator("#compare-button").click()
+            compare_caption = page.locator("#compare-best-caption textarea")
+            expect(compare_caption).to_have_value(starts_with(f"“{compare_best['CLIP-S']}”\nCLIP-S "))
+            page.locator("#compare-rank-by input").click()
+            page.get_by_role("option", name="RefPAC-S++", exact=True).click()
+            expect(compare_caption).to_have_value(starts_with(f"“{compare_best['RefPAC-S++']}”\nRefPAC-S++ "))
+            expect(page.locator("#compare-table")).to_contain_text(HOSTILE_CAPTION)
+            compare_headers = page.locator("#compare-table th").all_inner_texts()
+            page.screenshot(path=str(compare_screenshot), full_page=True)
             hostile_elements = page.locator(
-                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong, #message b"
+                "img[src='x'], a[href='http://x'], #best-caption strong, #scores-table strong, #message b, "
+                "#compare-best-caption strong, #compare-table strong"
             )
             hostile_count = hostile_elements.count()
         finally:
@@ -469,14 +565,16 @@ def test_browser_upload_type_click_and_read_scores(space_url, space_models):
 
     assert hostile_count == 0
     assert dialogs == []  # the onerror handler never ran
-    assert tabs == ["Image", "Video"]
+    assert tabs == ["Image", "Video", "Compare metrics"]
+    assert [header.strip() for header in compare_headers] == ["#", "caption", "CLIP-S", "RefCLIP-S", "PAC-S++",
+                                                              "RefPAC-S++"]  # fmt: skip
     assert (error_badges, toasts) == (0, 0)
 
     assert [header.strip() for header in headers] == ["#", "caption", "CLIP-S", "PAC-S++", "RefPAC-S++"]
     for rank, (row, caption) in enumerate(zip(rows, ranked), start=1):
         names = ["CLIP-S", "PAC-S++", "RefPAC-S++"]
         assert [cell.strip() for cell in row] == [str(rank), caption, *(f"{expected[caption][n]:.4f}" for n in names)]
-    assert screenshot.stat().st_size > 10_000
+    assert screenshot.stat().st_size > 10_000 and compare_screenshot.stat().st_size > 10_000
 
 
 # ---------------------------------------------------------------------------------------------------- in process
@@ -654,6 +752,12 @@ def test_malformed_form_values_get_a_message(client, space_url, field, value, me
 def test_public_space_refuses_typed_paths_and_lists_its_entries(public_space_url, space_models):
     public = Client(public_space_url, verbose=False)
     assert public.predict(api_name="/list_models") == [TINY_CHOICE]
+    # The compare tab takes metric names only: no path, and a path posted as a metric is an unknown metric.
+    ngrams = ["bleu", "rouge_l"] if java_available() else []
+    assert public.predict(api_name="/list_metrics") == [*TINY_METRICS, *ngrams]
+    with pytest.raises(AppError) as raised:
+        compare(public, RED_CIRCLE, ["a red circle"], [], [space_models["local"]])
+    assert f"unknown metric '{space_models['local'][:40]}..." in str(raised.value)
     with pytest.raises(AppError) as raised:
         score(public, RED_CIRCLE, ["a red circle"], [], space_models["local"])
     assert "typed model paths are disabled on a public Space" in str(raised.value)
@@ -824,7 +928,8 @@ def test_unexpected_errors_show_no_class_message_or_path(app, tmp_path, monkeypa
 def test_public_space_shows_the_operators_model_by_name_never_by_path(app, space_models):
     local = space_models["local"]
     demo = app.build_demo(tiny=True, local_model=local, public=True)
-    page = json.dumps(demo.config)
+    page = json.dumps(demo.config, default=repr)  # repr: the compare tab's gr.State holds its delete callback
+    assert "local model: pac-s-pp-seed1 (this server's model)" in page  # the compare tab's list names it so too
     assert "local model: pac-s-pp-seed1" in page
     assert local not in page and str(space_models["root"]) not in page
     cache = app.ModelCache(app.TINY_CHOICES, local_model=local, allow_typed_paths=False)
@@ -856,8 +961,8 @@ def test_page_has_an_image_tab_and_a_video_tab_holding_their_forms(app, tmp_path
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
     demo = app.build_demo(tiny=True, public=True)
     tabs = [block for block in demo.blocks.values() if isinstance(block, app.gr.Tab)]
-    assert [tab.label for tab in tabs] == ["Image", "Video"]
-    for tab, kind in zip(tabs, (app.gr.Image, app.gr.File)):
+    assert [tab.label for tab in tabs] == ["Image", "Video", "Compare metrics"]
+    for tab, kind in zip(tabs, (app.gr.Image, app.gr.File, app.gr.Image), strict=True):
         inside = list(tab.children)
         forms = []
         while inside:

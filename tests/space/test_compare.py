@@ -1,0 +1,188 @@
+"""The Space's "Compare metrics" tab (space/app.py), in process: its columns against direct `model.score` calls and
+against `evaluate_captions` (what `pacs-pp evaluate-captions` computes), its ranking, its messages for bad choices, one
+load per model, and no server path reachable through it. The tab run as a server (20 concurrent clients, the browser,
+captions as text) is tested in tests/space/test_app.py.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from modeling_pacs.evaluation.captions import evaluate_captions, java_available
+from modeling_pacs.loading import load_model
+from tests.fixtures.helpers import assert_scores_close
+from tests.space.test_app import RED_CIRCLE, load_app_module, page_event
+
+CAPTIONS = ["a red circle on a white background", "a blue <b>square</b>", "a red disc", "a photo of a dog"]
+REFERENCES = ["a red disc in the middle of a white image", "a red circle"]
+MODELS = ["tiny:clip_s", "tiny"]  # two tiny models: CLIP-S and PAC-S++
+JAVA = java_available()
+NEEDS_JAVA = pytest.mark.skipif(not JAVA, reason="no working Java: the Space offers BLEU and ROUGE-L only with Java")
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """The app module, with gradio's upload folder in a private folder (holding one uploaded image)."""
+    uploads = tmp_path_factory.mktemp("uploads")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADIO_TEMP_DIR", str(uploads))
+        patch.setenv("HF_HOME", str(uploads.parent / "hf_home"))
+        module = load_app_module()
+        module.upload = uploads / "0123abcd" / "red_circle.png"
+        module.upload.parent.mkdir()
+        shutil.copy(RED_CIRCLE, module.upload)
+        yield module
+
+
+@pytest.fixture(scope="module")
+def loads(app) -> list[str]:
+    """Every `load_model` call of the app in this module, by name."""
+    calls = []
+
+    def counting_load_model(name, *arguments, **keywords):
+        calls.append(name)
+        return load_model(name, *arguments, **keywords)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app, "load_model", counting_load_model)
+        yield calls
+
+
+@pytest.fixture(scope="module")
+def demo(app, loads):
+    return app.build_demo(tiny=True, public=True, ngrams=JAVA)
+
+
+@pytest.fixture(scope="module")
+def engines() -> dict:
+    return {name: load_model(name) for name in MODELS}
+
+
+def compare(demo, app, captions, references, metrics, rank_by=""):
+    """The page's Compare button: (message, best, styled table, details, rank-by update, kept table)."""
+    page = page_event(demo, "compare_and_keep")
+    return page({"path": str(app.upload)}, "\n".join(captions), "\n".join(references), metrics, rank_by)
+
+
+@pytest.mark.parametrize("references", [REFERENCES, []], ids=["with references", "without references"])
+def test_columns_equal_direct_model_calls(app, demo, engines, references):
+    message, best, _, details, rank_by, _ = compare(demo, app, CAPTIONS, references, MODELS)
+    assert message["visible"] is False
+    images = [str(RED_CIRCLE)] * len(CAPTIONS)
+    expected = {}
+    for model in engines.values():
+        output = model.score(images, CAPTIONS, references=[REFERENCES] * len(CAPTIONS) if references else None)
+        label_free, label_ref = model.config.score_names
+        expected[label_free] = dict(zip(CAPTIONS, output.scores.tolist()))
+        if references:
+            expected[label_ref] = dict(zip(CAPTIONS, output.ref_scores.tolist()))
+    headings = ["CLIP-S", "RefCLIP-S", "PAC-S++", "RefPAC-S++"] if references else ["CLIP-S", "PAC-S++"]
+    assert list(expected) == headings
+    assert details["columns"] == {
+        heading: f"{MODELS[index // (2 if references else 1)]}/{'ref_score' if heading.startswith('Ref') else 'score'}"
+        for index, heading in enumerate(headings)
+    }
+    assert rank_by["choices"] == headings and rank_by["value"] == "CLIP-S" == details["ranked_by"]
+    assert sorted(row["caption"] for row in details["results"]) == sorted(CAPTIONS)
+    for heading in headings:
+        assert_scores_close([row[heading] for row in details["results"]],
+                            [expected[heading][row["caption"]] for row in details["results"]])  # fmt: skip
+    assert best.startswith(f"“{details['results'][0]['caption']}”\nCLIP-S ")
+
+
+@NEEDS_JAVA
+def test_columns_equal_what_evaluate_captions_computes(app, demo):
+    """Model and n-gram columns against `evaluate_captions` (pacs-pp evaluate-captions), one item per caption."""
+    metrics = ["tiny", "bleu", "rouge_l"]
+    _, _, _, details, _, _ = compare(demo, app, CAPTIONS, REFERENCES, metrics)
+    items = [{"image_id": index, "image": str(RED_CIRCLE), "caption": caption, "references": REFERENCES}
+             for index, caption in enumerate(CAPTIONS)]  # fmt: skip
+    evaluation = evaluate_captions(items, metrics=metrics, duplicates="separate", progress=False)
+    ngram_columns = ["Bleu_1", "Bleu_2", "Bleu_3", "Bleu_4", "ROUGE_L"]
+    assert list(details["columns"]) == ["PAC-S++", "RefPAC-S++", *ngram_columns]
+    assert list(details["columns"].values()) == list(evaluation.corpus)  # the CLI's score columns, in order
+    by_caption = {row["caption"]: row for row in evaluation.items}
+    for row in details["results"]:
+        for heading, column in details["columns"].items():
+            if column in ngram_columns:  # the same code on the same tokens: the same floats
+                assert row[heading] == by_caption[row["caption"]][column], (heading, row["caption"])
+            else:
+                assert_scores_close([row[heading]], [by_caption[row["caption"]][column]])
+
+
+def test_ranking_by_any_column_and_reranking_without_rescoring(app, demo, engines, monkeypatch):
+    _, _, _, details, rank_by, kept = compare(demo, app, CAPTIONS, REFERENCES, MODELS, rank_by="RefPAC-S++")
+    output = engines["tiny"].score([str(RED_CIRCLE)] * len(CAPTIONS), CAPTIONS, references=[REFERENCES] * 4)
+    expected_order = [CAPTIONS[index] for index in sorted(range(4), key=lambda index: -output.ref_scores[index])]
+    assert [row["caption"] for row in details["results"]] == expected_order
+    assert [row["rank"] for row in details["results"]] == [1, 2, 3, 4]
+    assert details["ranked_by"] == rank_by["value"] == "RefPAC-S++"
+    rerank = page_event(demo, "rerank")
+    monkeypatch.setattr(app, "compare_request", lambda *arguments: pytest.fail("re-ranking scored again"))
+    for heading in rank_by["choices"]:
+        message, best, table, reranked = rerank(kept, heading)
+        values = [row[heading] for row in reranked["results"]]
+        assert values == sorted(values, reverse=True) and reranked["ranked_by"] == heading
+        assert [row["rank"] for row in reranked["results"]] == [1, 2, 3, 4]
+        assert best.startswith(f"“{reranked['results'][0]['caption']}”\n{heading} {values[0]:.4f} (ranked by")
+        assert table.data["caption"].tolist() == [row["caption"] for row in reranked["results"]]
+        for column in rank_by["choices"]:  # each caption keeps its numbers
+            assert {row["caption"]: row[column] for row in reranked["results"]} == {
+                row["caption"]: row[column] for row in details["results"]
+            }
+
+
+@pytest.mark.parametrize(
+    "metrics, references, rank_by, message",
+    [
+        ([], [], "", "No metrics: pick at least one metric in the list"),
+        (["tiny", "ViT-H/99"], [], "", "Unknown metric: unknown metric 'ViT-H/99': pick from ['tiny:clip_s', 'tiny',"),
+        (["/etc"], [], "", "Unknown metric: unknown metric '/etc': pick from"),  # no paths, even as a metric
+        ({"tiny": 1}, [], "", "Unknown metric: the metrics must be a list of names, as /list_metrics returns them"),
+        (["tiny:polos"], [], "", "No references: tiny:polos (Polos) is a reference-based metric: enter at least one"),
+        (MODELS, [], "RefPAC-S++", "Unknown column: cannot rank by 'RefPAC-S++': the columns of this comparison"),
+        (MODELS, [], ["CLIP-S"], "Unknown column: cannot rank by 'list': the columns of this comparison are"),
+    ],
+)
+def test_a_bad_choice_gets_one_message_in_the_page(app, demo, metrics, references, rank_by, message):
+    shown, *outputs = compare(demo, app, ["a red circle"], references, metrics, rank_by)
+    assert shown["visible"] is True and shown["value"].startswith(message)
+    assert outputs == [None] * 5
+
+
+@NEEDS_JAVA
+def test_ngram_metrics_need_references_and_java(app, demo):
+    shown, *_ = compare(demo, app, ["a red circle"], [], ["tiny", "bleu", "rouge_l"])
+    assert shown["value"] == (
+        "No references: bleu and rouge_l compare each caption with references: enter at least one reference, or "
+        "leave them out"
+    )
+    without_java = app.build_demo(tiny=True, public=True, ngrams=False)
+    shown, *_ = compare(without_java, app, ["a red circle"], REFERENCES, ["bleu"])
+    assert shown["value"] == (
+        "Unknown metric: bleu is not offered by this server: it needs Java (pycocoevalcap's PTB tokenizer), which is "
+        "not installed here; pick a model metric"
+    )
+    assert "bleu" not in str(without_java.config) and "bleu" in str(demo.config)
+
+
+def test_no_server_file_is_read_and_captions_stay_text(app, demo):
+    page = page_event(demo, "compare_and_keep")
+    for path in ("/etc/passwd", str(RED_CIRCLE), str(Path(app.upload).parent / ".." / ".." / "x.png")):
+        shown, *outputs = page({"path": path}, "a red circle", "", MODELS, "")
+        assert shown["value"] == "Image not accepted: " + app.REFUSED_IMAGE_MESSAGE and outputs == [None] * 5
+    _, best, table, details, _, _ = compare(demo, app, ["<img src=x onerror=alert(1)> **b**"], [], MODELS)
+    assert best.startswith("“<img src=x onerror=alert(1)> **b**”\n")
+    assert table.data["caption"].tolist() == ["<img src=x onerror=alert(1)> **b**"]
+    assert details["results"][0]["caption"] == "<img src=x onerror=alert(1)> **b**"
+
+
+def test_each_model_loads_once_whichever_tab_names_it(app, demo, loads):
+    """The module's requests, and more through both tabs, loaded each model once (the Image tab's tiny entry is the
+    compare tab's `tiny:clip_s` and `tiny`)."""
+    score_page = page_event(demo, "score")
+    for _ in range(2):
+        assert compare(demo, app, ["a red circle"], [], MODELS)[0]["visible"] is False
+        assert score_page({"path": str(app.upload)}, "a red circle", "", app.TINY_CHOICE)[0]["visible"] is False
+    assert set(MODELS) <= set(loads) and sorted(loads) == sorted(set(loads))
