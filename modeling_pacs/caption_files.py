@@ -11,6 +11,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from .csv_output import csv_text
 from .errors import InputError
 from .models.media import is_url
 from .output_paths import strict_json
@@ -219,9 +220,11 @@ def format_results(
     suffix: str,
     num_without_references: int | None = None,
     media: str = "image",
+    raw_csv: bool = False,
 ) -> str:
     """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row). `media`
-    names the items' first column: `"image"`, or `"video"` for videos.
+    names the items' first column: `"image"`, or `"video"` for videos. A CSV text cell that a spreadsheet would run as
+    a formula gets a `'` in front, unless `raw_csv` (`csv_output.escape_cell`).
 
     An item without references (the references policy, `results.score_items`) has empty reference-based cells: `null`
     in JSON and JSON lines, an empty cell in CSV; a mean over no item is empty too. The JSON summary counts those
@@ -229,14 +232,7 @@ def format_results(
     """
     rows = [{media: item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
     if suffix == ".csv":
-        from io import StringIO
-
-        buffer = StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[media, "caption", *names])
-        writer.writeheader()
-        writer.writerows(rows)
-        writer.writerow({media: "MEAN", "caption": "", **means})
-        return buffer.getvalue()
+        return csv_text([media, "caption", *names], [*rows, {media: "MEAN", "caption": "", **means}], raw=raw_csv)
     if suffix == ".jsonl":
         return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)
     summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means}
