@@ -11,22 +11,22 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import input_paths
 from .csv_output import csv_text
 from .errors import InputError
 from .models.media import is_url
 from .output_paths import strict_json
 
-
 # ---------------------------------------------------------------------------------------------------- text files
-def check_input_file(path: Path, what: str = "input file") -> None:
+CAPTIONS_FILE = (
+    "the captions file itself (.json, .jsonl or .csv), which lists the images (or videos) and their captions"
+)
+REFERENCES_FILE = "the references file itself, a JSON object {image_path: [reference, ...]}"
+
+
+def check_input_file(path: Path, what: str = "input file", expected: str = CAPTIONS_FILE) -> None:
     """Refuse a path that is not a readable file: a missing one, or a directory (with its own message)."""
-    if path.is_dir():
-        raise InputError(
-            f"{what} '{path}' is a directory, not a file: pass the captions file itself (.json, .jsonl or .csv), "
-            "which lists the images (or videos) and their captions"
-        )
-    if not path.is_file():
-        raise InputError(f"{what} '{path}' does not exist")
+    input_paths.check_input_file(path, what, expected)
 
 
 def not_utf8_error(path: Path) -> InputError:
@@ -195,7 +195,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
 
 
 def attach_references(items: list[dict], references_path: Path, image_root: Path):
-    check_input_file(references_path, "references file")
+    check_input_file(references_path, "references file", REFERENCES_FILE)
     mapping = load_json_file(references_path)
     if not isinstance(mapping, dict):
         raise ValueError(f"{references_path}: references must be a JSON object {{image_path: [reference, ...]}}")

@@ -39,6 +39,7 @@ import pyarrow as pa
 from ..data.sources import ImageReference, ParquetSource, is_bytes_type, resolve_references
 from ..data.validation import check_caption, check_images, check_not_empty
 from ..errors import InputError
+from ..input_paths import check_input_file
 
 logger = logging.getLogger(__name__)
 
@@ -241,8 +242,7 @@ def read_rows(
     path = Path(path)
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"data file '{path}' does not exist")
+    check_input_file(path, "data file", f"the data file itself ({', '.join(FORMATS)})", missing=FileNotFoundError)
     records = read_records(path, layout, image_bytes)
     return rows_from_records(records, layout, path.name, references_required, image_root, image_bytes)
 
