@@ -8,6 +8,7 @@ lines or CSV (items and a MEAN row), written by the callers atomically.
 import csv
 import json
 import os
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -55,6 +56,21 @@ def not_utf8_error(path: Path) -> InputError:
         f"`iconv -f {encoding} -t utf-8 '{path}' > '{fixed}'`"
         + (", or 'CSV UTF-8' in a spreadsheet's Save As" if path.suffix.lower() == ".csv" else "")
     )
+
+
+def csv_records(handle: Iterable[str]) -> Iterator[tuple[int, dict]]:
+    """`(line, record)` of each row of an open CSV file, the records as `csv.DictReader` makes them (the first row
+    names the columns, empty lines are skipped, a short row gets None cells), with the line each starts on: the header
+    is line 1, and a quoted cell may span lines."""
+    reader = csv.reader(handle)
+    header = next(reader, [])
+    before = reader.line_num
+    for cells in reader:
+        if cells:
+            record = dict(zip(header, cells))
+            record.update(dict.fromkeys(header[len(cells) :]))
+            yield before + 1, record
+        before = reader.line_num
 
 
 def csv_row_of_line(raw_lines: list[bytes], line_number: int) -> int:
@@ -248,6 +264,7 @@ __all__ = [
     "captions_of",
     "check_input_file",
     "check_utf8",
+    "csv_records",
     "csv_row_of_line",
     "format_results",
     "load_json_file",

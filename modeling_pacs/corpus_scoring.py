@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .caption_files import utf8_errors
+from .caption_files import csv_records, utf8_errors
 from .errors import InputError
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
@@ -83,16 +83,10 @@ def row_lines(path: Path, rows: set[int]) -> dict[int, int]:
         return found
     with path.open(newline="", encoding="utf-8-sig") as handle:
         if path.suffix.lower() == ".csv":
-            reader = csv.reader(handle)
-            next(reader, None)  # the header
-            row, before = 0, reader.line_num
-            for cells in reader:
-                if cells:
-                    if row in rows:
-                        found[row] = before + 1
-                    row += 1
-                before = reader.line_num
-                if row > max(rows):
+            for row, (line, _) in enumerate(csv_records(handle)):
+                if row in rows:
+                    found[row] = line
+                if row >= max(rows):
                     break
         else:
             row = 0

@@ -76,3 +76,16 @@ def test_score_corpus_names_the_row_and_line_of_a_missing_image(tiny_model_dir, 
         f"score_corpus: error: row 12 (line 15 of corpus.csv): image ('{tmp_path / 'gone.png'}') does not exist or is "
         "not a file. Finished shards are kept: fix the input and rerun the same command to resume"
     )
+
+
+def test_training_data_rows_name_their_line(tmp_path):
+    from modeling_pacs.supervised.data import RowError, read_rows
+
+    path = tmp_path / "spica_train.csv"
+    path.write_text("imgid,mt,refs,score\na.jpg,a cat,\"['a',\n'b']\",0.5\n\nb.jpg,a dog,[],1.5\n")
+    with pytest.raises(RowError) as raised:
+        read_rows(path, "spica")
+    assert str(raised.value) == (
+        "spica_train.csv: row 1 (line 5), column 'score': '1.5' is not a finite number in [0.0, 1.0] (normalise the "
+        "scores first)"
+    )
