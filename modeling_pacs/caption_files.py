@@ -164,6 +164,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
     check_input_file(input_path)
     suffix = input_path.suffix.lower()
+    lines: list[int] = []  # the line each item starts on (JSON lines, CSV)
     if suffix == ".json":
         mapping = load_json_file(input_path)
         if not isinstance(mapping, dict):
@@ -179,10 +180,12 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
             if not isinstance(item, dict):
                 raise ValueError(f'{input_path}: line {line_number} is not a JSON object {{"image", "caption"}}')
             items.append(item)
+            lines.append(line_number)
     elif suffix == ".csv":
         # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
         with utf8_errors(input_path), input_path.open(newline="", encoding="utf-8-sig") as handle:
-            items = list(csv.DictReader(handle))
+            numbered = list(csv_records(handle))
+        items, lines = [item for _, item in numbered], [line for line, _ in numbered]
         for row, item in enumerate(items):
             cell = item.pop("references", None)
             if cell is None or not cell.strip():
@@ -191,7 +194,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
                 item["references"] = json.loads(cell)
             except json.JSONDecodeError as error:
                 raise ValueError(
-                    f"{input_path}: row {row} (line {row + 2}): the references cell is not a JSON list "
+                    f"{input_path}: row {row} (line {lines[row]}): the references cell is not a JSON list "
                     f'({error.msg}); write it as ["first reference", "second reference"]'
                 ) from None
     else:
@@ -199,13 +202,14 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     if not items:
         raise ValueError(f"{input_path} holds no captions: nothing to score")
     for row, item in enumerate(items):
+        where = f"item {row} (line {lines[row]})" if lines else f"item {row}"
         if "image" not in item and "video" in item:
             item["image"] = item.pop("video")
         missing = [column for column in ("image", "caption") if column not in item]
         if missing:
-            raise ValueError(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
+            raise ValueError(f"{input_path}: {where} lacks {missing} (each item needs 'image' and 'caption')")
         if not isinstance(item["image"], str):
-            raise ValueError(f"{input_path}: item {row}'s image is {item['image']!r}: expected a path string")
+            raise ValueError(f"{input_path}: {where}: the image is {item['image']!r}: expected a path string")
         item["image_path"] = resolve_image(item["image"], image_root)
     return items
 

@@ -89,3 +89,31 @@ def test_training_data_rows_name_their_line(tmp_path):
         "spica_train.csv: row 1 (line 5), column 'score': '1.5' is not a finite number in [0.0, 1.0] (normalise the "
         "scores first)"
     )
+
+
+def test_caption_files_name_an_items_line(tmp_path):
+    """`pacs-score`'s reader (also the harness's system-level input): the item and the line it starts on."""
+    from modeling_pacs.caption_files import read_items
+
+    path = tmp_path / "captions.csv"
+    path.write_text('image,caption,references\na.png,"two\nlines",\n\nb.png,a dog,"[oops"\n')
+    with pytest.raises(ValueError) as raised:
+        read_items(path, tmp_path)
+    assert str(raised.value) == (
+        f"{path}: row 1 (line 5): the references cell is not a JSON list (Expecting value); write it as "
+        '["first reference", "second reference"]'
+    )
+    path = tmp_path / "captions.jsonl"
+    path.write_text('{"image": "a.png", "caption": "a cat"}\n\n{"image": "b.png"}\n')
+    with pytest.raises(ValueError) as raised:
+        read_items(path, tmp_path)
+    assert str(raised.value) == f"{path}: item 1 (line 3) lacks ['caption'] (each item needs 'image' and 'caption')"
+
+
+def test_rated_benchmark_csv_names_the_row_and_line(tmp_path):
+    from modeling_pacs.evaluation.benchmark import read_rated_csv
+
+    path = tmp_path / "polaris_test.csv"
+    path.write_text("mt,refs,score,imgid\n\"a\ncat\",['a'],0.5,x.jpg\nb,['unclosed,0.1,y.jpg\n")
+    with pytest.raises(ValueError, match=r"polaris_test\.csv: row 1 \(line 4\): unreadable refs or score"):
+        read_rated_csv(path, "Polaris")
