@@ -8,24 +8,26 @@ lines or CSV (items and a MEAN row), written by the callers atomically.
 import csv
 import json
 import os
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import input_paths
+from .csv_output import csv_text
 from .errors import InputError
 from .models.media import is_url
 from .output_paths import strict_json
 
-
 # ---------------------------------------------------------------------------------------------------- text files
-def check_input_file(path: Path, what: str = "input file") -> None:
+CAPTIONS_FILE = (
+    "the captions file itself (.json, .jsonl or .csv), which lists the images (or videos) and their captions"
+)
+REFERENCES_FILE = "the references file itself, a JSON object {image_path: [reference, ...]}"
+
+
+def check_input_file(path: Path, what: str = "input file", expected: str = CAPTIONS_FILE) -> None:
     """Refuse a path that is not a readable file: a missing one, or a directory (with its own message)."""
-    if path.is_dir():
-        raise InputError(
-            f"{what} '{path}' is a directory, not a file: pass the captions file itself (.json, .jsonl or .csv), "
-            "which lists the images (or videos) and their captions"
-        )
-    if not path.is_file():
-        raise InputError(f"{what} '{path}' does not exist")
+    input_paths.check_input_file(path, what, expected)
 
 
 def not_utf8_error(path: Path) -> InputError:
@@ -54,6 +56,21 @@ def not_utf8_error(path: Path) -> InputError:
         f"`iconv -f {encoding} -t utf-8 '{path}' > '{fixed}'`"
         + (", or 'CSV UTF-8' in a spreadsheet's Save As" if path.suffix.lower() == ".csv" else "")
     )
+
+
+def csv_records(handle: Iterable[str]) -> Iterator[tuple[int, dict]]:
+    """`(line, record)` of each row of an open CSV file, the records as `csv.DictReader` makes them (the first row
+    names the columns, empty lines are skipped, a short row gets None cells), with the line each starts on: the header
+    is line 1, and a quoted cell may span lines."""
+    reader = csv.reader(handle)
+    header = next(reader, [])
+    before = reader.line_num
+    for cells in reader:
+        if cells:
+            record = dict(zip(header, cells))
+            record.update(dict.fromkeys(header[len(cells) :]))
+            yield before + 1, record
+        before = reader.line_num
 
 
 def csv_row_of_line(raw_lines: list[bytes], line_number: int) -> int:
@@ -147,6 +164,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     """Read (image, caption, references) items from a JSON mapping, JSONL or CSV file."""
     check_input_file(input_path)
     suffix = input_path.suffix.lower()
+    lines: list[int] = []  # the line each item starts on (JSON lines, CSV)
     if suffix == ".json":
         mapping = load_json_file(input_path)
         if not isinstance(mapping, dict):
@@ -162,10 +180,12 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
             if not isinstance(item, dict):
                 raise ValueError(f'{input_path}: line {line_number} is not a JSON object {{"image", "caption"}}')
             items.append(item)
+            lines.append(line_number)
     elif suffix == ".csv":
         # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
         with utf8_errors(input_path), input_path.open(newline="", encoding="utf-8-sig") as handle:
-            items = list(csv.DictReader(handle))
+            numbered = list(csv_records(handle))
+        items, lines = [item for _, item in numbered], [line for line, _ in numbered]
         for row, item in enumerate(items):
             cell = item.pop("references", None)
             if cell is None or not cell.strip():
@@ -174,7 +194,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
                 item["references"] = json.loads(cell)
             except json.JSONDecodeError as error:
                 raise ValueError(
-                    f"{input_path}: row {row} (line {row + 2}): the references cell is not a JSON list "
+                    f"{input_path}: row {row} (line {lines[row]}): the references cell is not a JSON list "
                     f'({error.msg}); write it as ["first reference", "second reference"]'
                 ) from None
     else:
@@ -182,19 +202,20 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     if not items:
         raise ValueError(f"{input_path} holds no captions: nothing to score")
     for row, item in enumerate(items):
+        where = f"item {row} (line {lines[row]})" if lines else f"item {row}"
         if "image" not in item and "video" in item:
             item["image"] = item.pop("video")
         missing = [column for column in ("image", "caption") if column not in item]
         if missing:
-            raise ValueError(f"{input_path}: item {row} lacks {missing} (each item needs 'image' and 'caption')")
+            raise ValueError(f"{input_path}: {where} lacks {missing} (each item needs 'image' and 'caption')")
         if not isinstance(item["image"], str):
-            raise ValueError(f"{input_path}: item {row}'s image is {item['image']!r}: expected a path string")
+            raise ValueError(f"{input_path}: {where}: the image is {item['image']!r}: expected a path string")
         item["image_path"] = resolve_image(item["image"], image_root)
     return items
 
 
 def attach_references(items: list[dict], references_path: Path, image_root: Path):
-    check_input_file(references_path, "references file")
+    check_input_file(references_path, "references file", REFERENCES_FILE)
     mapping = load_json_file(references_path)
     if not isinstance(mapping, dict):
         raise ValueError(f"{references_path}: references must be a JSON object {{image_path: [reference, ...]}}")
@@ -219,9 +240,11 @@ def format_results(
     suffix: str,
     num_without_references: int | None = None,
     media: str = "image",
+    raw_csv: bool = False,
 ) -> str:
     """The output file's text: JSON (summary + items), JSONL (one item per line) or CSV (items + a MEAN row). `media`
-    names the items' first column: `"image"`, or `"video"` for videos.
+    names the items' first column: `"image"`, or `"video"` for videos. A CSV text cell that a spreadsheet would run as
+    a formula gets a `'` in front, unless `raw_csv` (`csv_output.escape_cell`).
 
     An item without references (the references policy, `results.score_items`) has empty reference-based cells: `null`
     in JSON and JSON lines, an empty cell in CSV; a mean over no item is empty too. The JSON summary counts those
@@ -229,14 +252,7 @@ def format_results(
     """
     rows = [{media: item["image"], "caption": item["caption"], **{n: item[n] for n in names}} for item in items]
     if suffix == ".csv":
-        from io import StringIO
-
-        buffer = StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=[media, "caption", *names])
-        writer.writeheader()
-        writer.writerows(rows)
-        writer.writerow({media: "MEAN", "caption": "", **means})
-        return buffer.getvalue()
+        return csv_text([media, "caption", *names], [*rows, {media: "MEAN", "caption": "", **means}], raw=raw_csv)
     if suffix == ".jsonl":
         return "".join(strict_json(row, ensure_ascii=False) + "\n" for row in rows)
     summary = {"model": model_name, "w": w, "num_items": len(items), "mean": means}
@@ -252,6 +268,7 @@ __all__ = [
     "captions_of",
     "check_input_file",
     "check_utf8",
+    "csv_records",
     "csv_row_of_line",
     "format_results",
     "load_json_file",

@@ -4,10 +4,11 @@ blocks for the job engine, reference cells, and the exactly-once merge of finish
 
 import csv
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .caption_files import utf8_errors
+from .caption_files import csv_records, utf8_errors
 from .errors import InputError
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
@@ -21,25 +22,26 @@ READ_BLOCK_ROWS = 4096
 
 
 def jsonl_blocks(path: Path) -> Iterator[RowBlock]:
-    def decode(lines: list[str], first_row: int) -> Callable[[int, int], list[dict]]:
+    def decode(lines: list[tuple[int, str]], first_row: int) -> Callable[[int, int], list[dict]]:
         def rows(begin: int, end: int) -> list[dict]:
             decoded = []
-            for offset, line in enumerate(lines[begin:end]):
+            for offset, (line_number, line) in enumerate(lines[begin:end]):
                 try:
                     decoded.append(json.loads(line))
                 except json.JSONDecodeError as error:
-                    raise CorpusError(f"{path}: row {first_row + begin + offset} is not valid JSON: {error}") from None
+                    where = f"row {first_row + begin + offset} (line {line_number})"
+                    raise CorpusError(f"{path}: {where} is not valid JSON: {error}") from None
             return decoded
 
         return rows
 
     start = 0
-    lines: list[str] = []
+    lines: list[tuple[int, str]] = []
     with utf8_errors(path), path.open(encoding="utf-8-sig") as handle:
-        for line in handle:
+        for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue  # blank lines are not rows
-            lines.append(line)
+            lines.append((line_number, line))
             if len(lines) == READ_BLOCK_ROWS:
                 yield RowBlock(start, len(lines), decode(lines, start))
                 start, lines = start + len(lines), []
@@ -70,6 +72,60 @@ def csv_rows(path: Path) -> Iterator[dict]:
     # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
     with utf8_errors(path), path.open(newline="", encoding="utf-8-sig") as handle:
         yield from csv.DictReader(handle)
+
+
+def row_lines(path: Path, rows: set[int]) -> dict[int, int]:
+    """The line of `path` (1-based) where each of `rows` (0-based input rows, as the readers above count them) starts:
+    for JSON lines, blank lines are not rows; for CSV, line 1 is the header, a quoted cell may span lines, and an empty
+    line is not a row (`csv.DictReader`). Read again on an error only, so scoring keeps no line numbers."""
+    found: dict[int, int] = {}
+    if not rows:
+        return found
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        if path.suffix.lower() == ".csv":
+            for row, (line, _) in enumerate(csv_records(handle)):
+                if row in rows:
+                    found[row] = line
+                if row >= max(rows):
+                    break
+        else:
+            row = 0
+            for line_number, line in enumerate(handle, start=1):
+                if line.strip():
+                    if row in rows:
+                        found[row] = line_number
+                    row += 1
+                    if row > max(rows):
+                        break
+    return found
+
+
+def name_row(source: Path, row: int) -> str:
+    """`row 1234 (line 1236 of corpus.csv)`: an input row (0-based) and, for a text file, the line it starts on; a
+    parquet file or a dataset has rows only."""
+    if source.is_file() and source.suffix.lower() in (".jsonl", ".csv"):
+        line = row_lines(source, {row}).get(row)
+        if line is not None:
+            return f"row {row} (line {line} of {source.name})"
+    return f"row {row}"
+
+
+# The core names an item by its index in the call: "image 3 (...)", "caption 3", "video 3", "item 3", "... of item 3".
+ITEM_INDEX = re.compile(r"^(image|video|caption|item) (\d+)\b|\bof item (\d+)\b")
+
+
+def name_item_row(message: str, source: Path, first_row: int) -> str | None:
+    """The core's error about item i of a call whose items are the input rows from `first_row` on, naming the input
+    row instead: `image 34 ('a.png') does not exist` -> `row 1234 (line 1236 of corpus.csv): image ('a.png') does not
+    exist`. None when the message names no item."""
+    match = ITEM_INDEX.search(message)
+    if match is None:
+        return None
+    if match.group(1):  # "image 34 ..." at the start
+        index, text = int(match.group(2)), match.group(1) + message[match.end() :]
+    else:  # "reference 2 of item 34 ..."
+        index, text = int(match.group(3)), message[: match.start()].rstrip() + message[match.end() :]
+    return f"{name_row(source, first_row + index)}: {text}"
 
 
 def parquet_blocks(path: Path, columns: list[str]) -> Iterator[RowBlock]:
@@ -116,18 +172,21 @@ def undecoded_images(dataset, image_column: str):
     return dataset
 
 
-def parse_references(value, row: int) -> list[str]:
+def parse_references(value, row: int, source: Path | None = None) -> list[str]:
     """A row's references: a list of strings, or a string (a JSON list, or one reference). An empty cell or an empty
-    list is a row without references: its reference-based scores are null (`results.score_items`)."""
+    list is a row without references: its reference-based scores are null (`results.score_items`). An error names
+    the row (and its line of `source`, a text file)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return []
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.lstrip().startswith("[") else [value]
         except json.JSONDecodeError as error:
-            raise CorpusError(f"row {row}: references are not a valid JSON list: {error}") from None
+            where = name_row(source, row) if source else f"row {row}"
+            raise CorpusError(f"{where}: references are not a valid JSON list: {error}") from None
     if not isinstance(value, (list, tuple)) or not all(isinstance(reference, str) for reference in value):
-        raise CorpusError(f"row {row}: references must be a list of strings, got {json.dumps(value)[:80]}")
+        where = name_row(source, row) if source else f"row {row}"
+        raise CorpusError(f"{where}: references must be a list of strings, got {json.dumps(value)[:80]}")
     return list(value)
 
 
@@ -171,6 +230,9 @@ __all__ = [
     "CorpusError",
     "READ_BLOCK_ROWS",
     "csv_rows",
+    "name_item_row",
+    "name_row",
+    "row_lines",
     "dataset_blocks",
     "jsonl_blocks",
     "jsonl_row_count",

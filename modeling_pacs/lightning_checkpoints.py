@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from .input_paths import check_input_file
 from .models.artifacts import check_pickle_checkpoint
 from .pacs.convert import CheckpointError
 
@@ -56,9 +57,8 @@ def lightning_checkpoint_fix(model_name: str) -> str:
 def load_lightning_checkpoint(path: str | os.PathLike, model_name: str) -> dict:
     """Read a Lightning 1.2 checkpoint of `model_name` (the metric, for messages) with `weights_only=True`, only the
     two callback names of `ALLOWED_LIGHTNING_GLOBALS` allowed (as placeholders) and every tensor mapped to the CPU."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    expected = f"the {model_name} Lightning checkpoint (.ckpt) itself, not its folder"
+    path = check_input_file(path, "checkpoint", expected, missing=FileNotFoundError)
     # A text file, an empty or truncated file, a zip that is not torch's: named here, before torch.load.
     check_pickle_checkpoint(path, f"{lightning_checkpoint_fix(model_name)}")
     try:
@@ -88,13 +88,13 @@ def load_lightning_checkpoint(path: str | os.PathLike, model_name: str) -> dict:
 def read_hparams(checkpoint_path: Path, hparams_path: str | os.PathLike | None, checkpoint: dict) -> dict:
     """hparams.yaml (`--hparams`, else beside the checkpoint), else the checkpoint's `hyper_parameters`."""
     path = Path(hparams_path) if hparams_path else checkpoint_path.parent / "hparams.yaml"
+    if hparams_path:
+        check_input_file(path, "hparams file", "the hparams.yaml file itself", missing=FileNotFoundError)
     if path.is_file():
         try:
             hparams = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as error:
             raise CheckpointError(f"'{path}' is not valid YAML: {error}") from None
-    elif hparams_path:
-        raise FileNotFoundError(f"hparams file '{path}' does not exist")
     else:
         hparams = checkpoint.get("hyper_parameters")
         if not isinstance(hparams, dict):

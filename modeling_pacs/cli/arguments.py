@@ -143,6 +143,16 @@ def long_captions_options(model, mode: str, **settings) -> dict:
         raise InputError(f"--long-captions: {error}") from None
 
 
+def add_raw_csv_argument(parser: argparse.ArgumentParser):
+    """`--raw-csv`: the same flag in every command that writes CSV (`modeling_pacs/csv_output.py`)."""
+    parser.add_argument(
+        "--raw-csv",
+        action="store_true",
+        help="write CSV cells as they are (default: a text cell starting with =, +, -, @, tab or carriage return "
+        "gets a ' in front, so that a spreadsheet shows it as text instead of running it as a formula)",
+    )
+
+
 def add_verbose_argument(parser: argparse.ArgumentParser):
     """`--verbose`, as every command has it: the libraries' own logs, warnings and loading bars (hidden by default)."""
     parser.add_argument(
@@ -224,6 +234,7 @@ __all__ = [
     "add_former_flag",
     "add_long_captions_argument",
     "add_output_arguments",
+    "add_raw_csv_argument",
     "add_verbose_argument",
     "docs_url",
     "add_renamed_argument",

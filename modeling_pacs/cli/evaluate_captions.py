@@ -12,7 +12,13 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..evaluation.captions import DEFAULT_METRICS, DUPLICATE_POLICIES, SHARD_SIZE, SKIP_POLICIES
-from .arguments import add_device_arguments, add_example, add_long_captions_argument, positive_int
+from .arguments import (
+    add_device_arguments,
+    add_example,
+    add_long_captions_argument,
+    add_raw_csv_argument,
+    positive_int,
+)
 
 logger = logging.getLogger("pacs_pp")
 
@@ -65,6 +71,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--metrics", default=",".join(DEFAULT_METRICS), help="comma-separated metrics (default: %(default)s)"
     )
     parser.add_argument("--output", "-o", type=Path, help="write corpus scores, per-item rows, signatures (.json/.csv)")
+    add_raw_csv_argument(parser)
     add_device_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     add_long_captions_argument(parser)
@@ -133,22 +140,17 @@ def inputs_of(args: argparse.Namespace) -> list:
     return [args.results, args.annotations, args.references]
 
 
-def output_text(evaluation, suffix: str) -> str:
-    """JSON: corpus, items, signatures, skipped, notes. CSV: one row per item and a last CORPUS row."""
+def output_text(evaluation, suffix: str, raw_csv: bool = False) -> str:
+    """JSON: corpus, items, signatures, skipped, notes. CSV: one row per item and a last CORPUS row (text cells that
+    a spreadsheet would run as formulas get a `'` in front unless `raw_csv`: `csv_output.escape_cell`)."""
     from ..output_paths import strict_json
 
     if suffix == ".json":
         return strict_json(evaluation.to_json(), indent=2, ensure_ascii=False) + "\n"
-    import csv
-    import io
+    from ..csv_output import csv_text
 
-    buffer = io.StringIO()
-    fields = list(evaluation.items[0])
-    writer = csv.DictWriter(buffer, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(evaluation.items)
-    writer.writerow({"image_id": "CORPUS", "caption": "", **evaluation.corpus})
-    return buffer.getvalue()
+    corpus = {"image_id": "CORPUS", "caption": "", **evaluation.corpus}
+    return csv_text(list(evaluation.items[0]), [*evaluation.items, corpus], raw=raw_csv)
 
 
 def run(args: argparse.Namespace):
@@ -201,7 +203,7 @@ def run(args: argparse.Namespace):
     evaluation.notes.extend(notes)
     print(evaluation.report())
     if args.output:
-        write_text_atomically(args.output, [output_text(evaluation, args.output.suffix.lower())])
+        write_text_atomically(args.output, [output_text(evaluation, args.output.suffix.lower(), args.raw_csv)])
         print(f"corpus scores, per-item rows and signatures written to {args.output}")
     return evaluation
 

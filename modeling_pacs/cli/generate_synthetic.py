@@ -34,6 +34,7 @@ from modeling_pacs.cli.arguments import add_example, add_verbose_argument, posit
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.data import load_datasets, select_split
 from modeling_pacs.errors import InputError
+from modeling_pacs.input_paths import check_input_file
 from modeling_pacs.jobs import ShardedJob, launch_state, path_fingerprint, write_text_atomically
 from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.output_paths import OutputPathError, check_output_directory
@@ -121,8 +122,7 @@ def load_sources(args: argparse.Namespace) -> list:
     if args.karpathy_json:
         if args.image_root is None:
             raise InputError("--karpathy-json needs --image-root (the folder that holds train2014/ and val2014/)")
-        if not args.karpathy_json.is_file():
-            raise InputError(f"--karpathy-json {args.karpathy_json} does not exist")
+        check_input_file(args.karpathy_json, "--karpathy-json", "Karpathy's dataset_coco.json itself")
         if not args.image_root.is_dir():
             raise InputError(f"--image-root {args.image_root} is not a folder (it should hold train2014/, val2014/)")
         with reports_errors("generate_synthetic", ValueError):

@@ -17,6 +17,7 @@ from .arguments import (
     add_device_arguments,
     add_example,
     add_long_captions_argument,
+    add_raw_csv_argument,
     long_captions_options,
     positive_int,
     report_truncation,
@@ -77,6 +78,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
     parser.add_argument(
         "--output", "-o", type=Path, help="write per-item scores and means (.json, .jsonl or .csv; not an input)"
     )
+    add_raw_csv_argument(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     add_device_arguments(parser)
     add_long_captions_argument(parser)
@@ -146,7 +148,8 @@ def run_score(args: argparse.Namespace) -> dict:
     if args.output:
         suffix = args.output.suffix.lower()
         without = None if references is None else len(scored.without_references)
-        text = format_results(items, names, means, args.model, getattr(model.config, "w", None), suffix, without)
+        w = getattr(model.config, "w", None)
+        text = format_results(items, names, means, args.model, w, suffix, without, raw_csv=args.raw_csv)
         write_text_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if value is not None)
     weight = f" (w={model.config.w})" if getattr(model.config, "w", None) is not None else ""

@@ -38,6 +38,8 @@ from modeling_pacs.corpus_scoring import (
     jsonl_row_count,
     list_blocks,
     merge_shards,
+    name_item_row,
+    name_row,
     parquet_blocks,
     parquet_row_count,
     parse_references,
@@ -112,19 +114,19 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         missing = [column for column in needed if row.get(column) is None]
         if missing:
             raise InputError(
-                f"row {first_row + offset} lacks {missing} (columns: {sorted(row)}); set --image-column, "
-                "--caption-column or --references-column"
+                f"{name_row(args.input, first_row + offset)} lacks {missing} (columns: {sorted(row)}); set "
+                "--image-column, --caption-column or --references-column"
             )
         absent = [column for column in args.keep_columns if column not in row]
         if absent:
             raise InputError(
-                f"--keep-columns names {absent}, which row {first_row + offset} does not have (columns: "
-                f"{sorted(row)}): check the spelling"
+                f"--keep-columns names {absent}, which {name_row(args.input, first_row + offset)} does not have "
+                f"(columns: {sorted(row)}): check the spelling"
             )
         images.append(resolve_image(row[args.image_column], image_root))
         captions.append(row[args.caption_column])
         if args.references_column:
-            references.append(parse_references(row[args.references_column], first_row + offset))
+            references.append(parse_references(row[args.references_column], first_row + offset, args.input))
     try:
         scored = score_items(
             model,
@@ -142,9 +144,10 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
     except PacsError:
         raise  # about the options, not the rows (--long-captions)
     except (OSError, ValueError, TypeError) as error:
+        where = f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1})"  # an error about no one row
+        message = name_item_row(str(error), args.input, first_row) or f"{where}: {error}"
         raise InputError(
-            f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1}; item i is row {first_row} + i): {error}. "
-            "Finished shards are kept: fix the input and rerun the same command to resume"
+            f"{message}. Finished shards are kept: fix the input and rerun the same command to resume"
         ) from None
     results = []
     for offset, (row, values) in enumerate(zip(rows, item_rows(scored.columns), strict=True)):

@@ -78,7 +78,9 @@ def run_video_score(args: argparse.Namespace, items: list[dict], model, with_ref
     names, means = score_video_items(model, items, args, with_references)
     if args.output:
         suffix = args.output.suffix.lower()
-        text = format_results(items, names, means, args.model, model.config.w, suffix, media="video")
+        text = format_results(
+            items, names, means, args.model, model.config.w, suffix, media="video", raw_csv=args.raw_csv
+        )
         write_text_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items())
     print(f"{len(items)} video captions scored with {args.model}: mean {summary}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..caption_files import csv_records
 from ..errors import InputError
 
 logger = logging.getLogger("pacs_pp.benchmarks")
@@ -109,21 +110,20 @@ def read_rated_csv(path: Path, benchmark: str) -> list[dict]:
     layout = RATED_CSV_LAYOUT
     require_file(path, layout, benchmark)
     with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = {"mt", "refs", "score", "imgid"} - set(reader.fieldnames or [])
-        if missing:
-            raise data_error(path, f"columns {sorted(missing)} are missing", layout, benchmark)
-        rows = []
-        for number, row in enumerate(reader, start=2):
+        missing = {"mt", "refs", "score", "imgid"} - set(next(csv.reader(handle), []))
+    if missing:
+        raise data_error(path, f"columns {sorted(missing)} are missing", layout, benchmark)
+    rows = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for index, (line, row) in enumerate(csv_records(handle)):
+            where = f"row {index} (line {line})"  # a quoted cell may span lines: the row's first line
             try:
                 references = ast.literal_eval(row["refs"])  # the official code eval()s it; literal_eval is safe
                 score = float(row["score"])
-            except (ValueError, SyntaxError) as error:
-                raise data_error(
-                    path, f"line {number}: unreadable refs or score ({error})", layout, benchmark
-                ) from error
+            except (ValueError, SyntaxError, TypeError) as error:
+                raise data_error(path, f"{where}: unreadable refs or score ({error})", layout, benchmark) from error
             if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
-                raise data_error(path, f"line {number}: refs is not a list of strings", layout, benchmark)
+                raise data_error(path, f"{where}: refs is not a list of strings", layout, benchmark)
             rows.append({"mt": row["mt"], "refs": references, "score": score, "imgid": row["imgid"]})
     return rows
 

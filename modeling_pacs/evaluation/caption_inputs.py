@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..input_paths import check_input_file
 
 
 @dataclass
@@ -29,8 +30,8 @@ class CocoCaptions:
 def read_json(path: Path, what: str):
     from ..caption_files import load_json_file
 
-    if not Path(path).is_file():
-        raise InputError(f"{what} file '{path}' does not exist")
+    expected = "the COCO results file itself" if what == "--results" else "the COCO captions file itself"
+    check_input_file(path, f"{what} file", expected + " (.json)")
     try:
         return load_json_file(Path(path))
     except ValueError as error:

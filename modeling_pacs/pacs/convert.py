@@ -35,6 +35,7 @@ from transformers import CLIPConfig
 
 from ..errors import InputError
 from ..hub import save_remote_code_model
+from ..input_paths import check_input_file
 from ..models.artifacts import check_pickle_checkpoint
 from ..models.configuration_pacs import PACSConfig
 from ..models.modeling_pacs import PACSModel
@@ -42,6 +43,8 @@ from ..output_paths import check_output_directory, staged_directory
 from ..tokenization import build_clip_tokenizer, build_processor
 from .model_card import render_model_card
 from .spec import LORA_MODES, OFFICIAL_VARIANTS, OPENAI_HEAD_DIM, OfficialVariant
+
+OFFICIAL_CHECKPOINT_FILE = "the official .pth file itself (e.g. PAC++_clip_ViT-B-32.pth), not its folder"
 
 # Official custom-loralib settings of PAC-S++ (docs/spec/pacs.md#checkpoints): rank from the tensors, alpha 1, so
 # scaling = 1 / rank.
@@ -140,16 +143,17 @@ class ConvertedCheckpoint:
 
 
 # ---------------------------------------------------------------------------------------------------- loading
-def load_official_checkpoint(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+def load_official_checkpoint(
+    path: str | os.PathLike, expected: str = OFFICIAL_CHECKPOINT_FILE
+) -> dict[str, torch.Tensor]:
     """Read an official checkpoint safely (`weights_only=True`) and return its OpenAI-layout state dict as stored
     (fp16 or fp32; the conversion casts to fp32).
 
     Accepts `{"state_dict": {...}, ...}` (the official layout) or a bare state dict; strips a DataParallel
-    `module.` prefix and drops the non-weight entries of `NON_WEIGHT_KEYS`.
+    `module.` prefix and drops the non-weight entries of `NON_WEIGHT_KEYS`. `expected` says, when `path` is a folder,
+    which file to pass instead.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint '{path}' does not exist")
+    path = check_input_file(path, "checkpoint", expected, missing=FileNotFoundError)
     check_pickle_checkpoint(path)  # a text file, an empty or truncated file, a zip that is not torch's: named here
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)

@@ -377,7 +377,7 @@ def convert_longclip_checkpoint(
     """Load a Long-CLIP checkpoint safely (`torch.load(weights_only=True)`), convert it, write a Hub-ready directory
     and (by default) check that the directory reloads to the same features on 248-token texts."""
     check_output_directory(output_dir, inputs=[checkpoint], overwrite=overwrite)
-    state_dict = load_official_checkpoint(checkpoint)
+    state_dict = load_official_checkpoint(checkpoint, "the Long-CLIP .pt file itself (longclip-B.pt), not its folder")
     converted = convert_longclip_state_dict(state_dict, weight_precision, allow_other_geometry, base_model_id)
     log(
         f"{converted.variant.display_name}: {converted.geometry.describe()}, {converted.geometry.context_length} text "

@@ -21,14 +21,14 @@ def add_beit3_arguments(parser: argparse.ArgumentParser):
 
 
 def convert_beit3(args: argparse.Namespace):
+    from ..input_paths import check_input_file
     from ..output_paths import check_output_directory
-    from .convert_beit3 import convert_beit3_checkpoint
+    from .convert_beit3 import BEIT3_CHECKPOINT_FILE, convert_beit3_checkpoint
 
     if args.num_heads <= 0:
         raise ValueError(f"--num-heads must be > 0, got {args.num_heads}")
-    for path in (args.checkpoint, args.sentencepiece):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist")
+    check_input_file(args.checkpoint, "--checkpoint", BEIT3_CHECKPOINT_FILE, missing=FileNotFoundError)
+    check_input_file(args.sentencepiece, "--sentencepiece", "the beit3.spm file itself", missing=FileNotFoundError)
     # The project's output rules: never a place holding the inputs; --overwrite only over a model directory.
     check_output_directory(args.output_dir, inputs=[args.checkpoint, args.sentencepiece], overwrite=args.overwrite)
     model = convert_beit3_checkpoint(args.checkpoint, args.output_dir, args.sentencepiece, args.num_heads)

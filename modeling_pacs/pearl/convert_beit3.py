@@ -9,8 +9,11 @@ import torch
 
 from ..encoders.beit3 import BEIT3_MAX_TEXT_LENGTH, BEiT3Config, BEiT3ForRetrieval
 from ..extras import require
+from ..input_paths import check_input_file
 from ..models.artifacts import check_pickle_checkpoint
 from ..models.modeling_pacs import make_world_readable
+
+BEIT3_CHECKPOINT_FILE = "the .pth file itself (beit3_base_itc_patch16_224.pth), not its folder"
 
 
 def config_from_state_dict(state_dict: dict[str, torch.Tensor]) -> BEiT3Config:
@@ -42,8 +45,7 @@ def convert_beit3_checkpoint(
     require("sentencepiece", "pearl", "Converting BEiT-3 (its XLM-R tokenizer)")
     from transformers import XLMRobertaTokenizer
 
-    if not Path(checkpoint_path).is_file():
-        raise FileNotFoundError(f"checkpoint '{checkpoint_path}' does not exist")
+    check_input_file(checkpoint_path, "checkpoint", BEIT3_CHECKPOINT_FILE, missing=FileNotFoundError)
     check_pickle_checkpoint(checkpoint_path)  # a text file, an empty or truncated file: named, not an IndexError
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
     for wrapper in ("model", "module"):

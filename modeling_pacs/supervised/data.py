@@ -30,15 +30,17 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from ..caption_files import csv_records
 from ..data.sources import ImageReference, ParquetSource, is_bytes_type, resolve_references
 from ..data.validation import check_caption, check_images, check_not_empty
 from ..errors import InputError
+from ..input_paths import check_input_file
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +59,16 @@ class RowError(InputError):
     """A training or validation row is malformed; the message names the file, the row and the column."""
 
 
-def row_error(source: str, row: int, column: str, problem: str) -> RowError:
+def row_error(source: str, row: int | str, column: str, problem: str) -> RowError:
+    """`source: row 3 (line 5), column 'refs': problem`; `row` is the row index (0-based, as `rows_from_records`
+    counts records), or that index with the file's line (`row_label`)."""
     return RowError(f"{source}: row {row}, column '{column}': {problem}")
+
+
+def row_label(row: int, lines: Sequence[int] | None) -> int | str:
+    """A row as errors name it: its index, and the line of the file it starts on when the file has lines (CSV: the
+    header is line 1; JSON lines: blank lines are not rows)."""
+    return row if lines is None else f"{row} (line {lines[row]})"
 
 
 def in_split(error: RowError, split: str, path: str | Path) -> RowError:
@@ -149,10 +159,12 @@ def rows_from_records(
     references_required: bool = False,
     image_root: str | Path | None = None,
     image_bytes: bool = False,
+    lines: Sequence[int] | None = None,
 ) -> list[dict]:
     """Map records (dicts: CSV rows, JSON lines, `datasets` or parquet rows) of `layout` to checked rows.
 
     Args:
+        lines: the line of the file each record starts on (`read_records`), named in errors with the row.
         references_required: every row needs a reference (Polos); by default a row may be reference-free (Pearl).
         image_root: resolve image names under this folder and check that each file exists (Polos's CSVs).
         image_bytes: keep image structs (`{"bytes", "path"}`) as they are (Polos decodes them); otherwise an image
@@ -164,19 +176,20 @@ def rows_from_records(
     root = Path(image_root) if image_root is not None else None
     rows = []
     for row, record in enumerate(records):
-        check_columns(record, layout, source, where=f"row {row}: ")
+        label = row_label(row, lines)
+        check_columns(record, layout, source, where=f"row {label}: ")
         candidate = record[columns["candidate"]]
         if not isinstance(candidate, str):
-            raise row_error(source, row, columns["candidate"], f"expected a string, got {candidate!r}")
+            raise row_error(source, label, columns["candidate"], f"expected a string, got {candidate!r}")
         rows.append(
             {
                 "row": row,
-                "image": check_image(record[columns["image"]], source, row, columns["image"], root, image_bytes),
+                "image": check_image(record[columns["image"]], source, label, columns["image"], root, image_bytes),
                 "candidate": candidate,
                 "references": check_references(
-                    record[columns["references"]], source, row, columns["references"], references_required
+                    record[columns["references"]], source, label, columns["references"], references_required
                 ),
-                "score": check_target(record[columns["score"]], source, row, columns["score"]),
+                "score": check_target(record[columns["score"]], source, label, columns["score"]),
             }
         )
     reference_free = sum(1 for row in rows if not row["references"])
@@ -184,16 +197,19 @@ def rows_from_records(
     return rows
 
 
-def read_records(path: Path, layout: str, image_bytes: bool = False) -> list[dict]:
-    """The records of a `.csv`, `.jsonl` or `.parquet` file, after checking its columns against `layout`."""
+def read_records(path: Path, layout: str, image_bytes: bool = False) -> tuple[list[dict], list[int] | None]:
+    """The records of a `.csv`, `.jsonl` or `.parquet` file, after checking its columns against `layout`, and the
+    line each record starts on (None for parquet, which has no lines)."""
     suffix = path.suffix.lower()
     if suffix == ".csv":
         with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            check_columns(reader.fieldnames or [], layout, path.name)
-            return list(reader)
+            header = next(csv.reader(handle), [])
+        check_columns(header, layout, path.name)
+        with path.open(newline="", encoding="utf-8") as handle:
+            numbered = list(csv_records(handle))
+        return [record for _, record in numbered], [line for line, _ in numbered]
     if suffix == ".jsonl":
-        records = []
+        records, lines = [], []
         with path.open(encoding="utf-8") as handle:
             for line_number, line in enumerate(handle, start=1):
                 if not line.strip():
@@ -204,9 +220,10 @@ def read_records(path: Path, layout: str, image_bytes: bool = False) -> list[dic
                     raise RowError(
                         f"{path.name}: line {line_number} is not JSON ({error.msg}): one JSON object per line"
                     ) from None
-        return records
+                lines.append(line_number)
+        return records, lines
     if suffix == ".parquet":
-        return read_parquet_records(path, layout, image_bytes)
+        return read_parquet_records(path, layout, image_bytes), None
     raise ValueError(f"{path}: unsupported format {path.suffix!r} (use one of {list(FORMATS)})")
 
 
@@ -241,10 +258,9 @@ def read_rows(
     path = Path(path)
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)}")
-    if not path.is_file():
-        raise FileNotFoundError(f"data file '{path}' does not exist")
-    records = read_records(path, layout, image_bytes)
-    return rows_from_records(records, layout, path.name, references_required, image_root, image_bytes)
+    check_input_file(path, "data file", f"the data file itself ({', '.join(FORMATS)})", missing=FileNotFoundError)
+    records, lines = read_records(path, layout, image_bytes)
+    return rows_from_records(records, layout, path.name, references_required, image_root, image_bytes, lines)
 
 
 def validate_rows(

@@ -129,7 +129,7 @@ def test_bad_corpus_and_changed_options_give_clear_messages(tiny_model_dir, tmp_
     score_corpus.main([str(tmp_path / "corpus.jsonl"), *output, *common])
     with pytest.raises(SystemExit, match=r"holds shards of a different run \(shard_size: 5 -> 4\)"):
         score_corpus.main([str(tmp_path / "corpus.jsonl"), *output, "--model", tiny_model_dir, "--shard-size", "4"])
-    with pytest.raises(SystemExit, match=r"row 0 lacks \['text'\].*--caption-column"):
+    with pytest.raises(SystemExit, match=r"row 0 \(line 1 of corpus\.jsonl\) lacks \['text'\].*--caption-column"):
         score_corpus.main(
             [str(tmp_path / "corpus.jsonl"), "--output-dir", str(tmp_path / "o2"), *common, "--caption-column", "text"]
         )
@@ -137,7 +137,9 @@ def test_bad_corpus_and_changed_options_give_clear_messages(tiny_model_dir, tmp_
     lines[7] = json.dumps({"image": "images/none.png", "caption": "a cat"})
     (tmp_path / "broken.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(
-        SystemExit, match=r"shard 1 \(rows 5-9; item i is row 5 \+ i\): image 2 \('.*none\.png'\) does not exist.*rerun"
+        SystemExit,
+        match=r"^score_corpus: error: row 7 \(line 8 of broken\.jsonl\): image \('.*none\.png'\) does not exist or is "
+        r"not a file\. Finished shards are kept: fix the input and rerun the same command to resume$",
     ):
         score_corpus.main([str(tmp_path / "broken.jsonl"), "--output-dir", str(tmp_path / "o3"), *common])
     # the shard before the bad one was kept

@@ -135,7 +135,7 @@ def test_polaris_and_nebula_csvs_and_malformed_rows(tmp_path):
     nebula = load_benchmark("nebula", write_rated_csv(tmp_path / "nebula", "nebula_test.csv", COMPOSITE_ROWS))
     assert "Spica" in nebula.protocol["annotations"]
     (tmp_path / "nebula" / "nebula_test.csv").write_text("mt,refs,score,imgid\na dog,['unclosed,3,x.jpg\n")
-    with pytest.raises(BenchmarkDataError, match=r"nebula_test.csv: line 2: unreadable refs or score"):
+    with pytest.raises(BenchmarkDataError, match=r"nebula_test.csv: row 0 \(line 2\): unreadable refs or score"):
         load_benchmark("nebula", tmp_path / "nebula")
     (tmp_path / "nebula" / "nebula_test.csv").write_text("caption,score\na,1\n")
     with pytest.raises(BenchmarkDataError, match=r"columns \['imgid', 'mt', 'refs'\] are missing.*mt, refs"):

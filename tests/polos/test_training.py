@@ -171,9 +171,9 @@ def test_malformed_rows_name_row_and_column(tmp_path):
     path = write_polaris(tmp_path, num_rows=4)
     lines = path.read_text().splitlines()
     cases = {
-        2: (lambda line: line.replace(line.split(",")[-2], "1.5"), r"row 2, column 'score': '1.5' is not a finite"),
-        1: (lambda line: line.replace("[", "(oops"), r"row 1, column 'refs': .* is not a Python list literal"),
-        3: (lambda line: line.replace("img_3.jpg", "missing.jpg"), r"row 3, column 'imgid': image .*missing"),
+        2: (lambda line: line.replace(line.split(",")[-2], "1.5"), r"row 2 \(line 4\), column 'score': '1.5' is not"),
+        1: (lambda line: line.replace("[", "(oops"), r"row 1 \(line 3\), column 'refs': .* is not a Python list"),
+        3: (lambda line: line.replace("img_3.jpg", "missing.jpg"), r"row 3 \(line 5\), column 'imgid': image .*miss"),
     }  # fmt: skip
     for row, (edit, message) in cases.items():
         broken = list(lines)

@@ -121,7 +121,7 @@ def test_reference_policy_is_each_systems_recipe(tmp_path):
 def test_malformed_rows_name_file_row_and_column(tmp_path, record, message):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"imgid": "ok.jpg", "mt": "ok", "refs": "[]", "score": 0.5}) + "\n" + json.dumps(record))
-    with pytest.raises(RowError, match=re.escape(message.replace("row 0", "row 1"))):
+    with pytest.raises(RowError, match=re.escape(message.replace("row 0", "row 1 (line 2)"))):  # JSON lines' line
         read_rows(path, "spica")
     with pytest.raises(ValueError, match=re.escape("unknown layout 'coco': expected one of")):
         read_rows(path, "coco")
@@ -133,7 +133,9 @@ def test_malformed_rows_name_file_row_and_column(tmp_path, record, message):
 def test_missing_image_and_missing_columns_are_named(polaris_files, tmp_path):
     path = tmp_path / "polaris_val.csv"
     path.write_text("mt,refs,score,imgid\nx,['a'],0.5,missing.jpg\n", encoding="utf-8")
-    with pytest.raises(RowError, match=r"polaris_val.csv: row 0, column 'imgid': image '.*missing.jpg' does not exist"):
+    with pytest.raises(
+        RowError, match=r"polaris_val.csv: row 0 \(line 2\), column 'imgid': image '.*missing.jpg' does not exist"
+    ):
         read_polaris(path, image_root=polaris_files / "images")
     path.write_text("mt,refs,imgid\n", encoding="utf-8")
     with pytest.raises(RowError, match=re.escape("polaris_val.csv: missing columns ['score'] (the polaris_csv layout")):
