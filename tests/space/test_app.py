@@ -370,9 +370,9 @@ def test_twenty_concurrent_requests_equal_direct_engine_calls(client, space_mode
 
 
 # ---------------------------------------------------------------------------------------------------- browser
-def artifact_directory() -> Path:
-    """Where screenshots go: $PACS_TEST_ARTIFACTS, else `artifacts/` at the repository root (git-ignored)."""
-    directory = Path(os.environ.get("PACS_TEST_ARTIFACTS", REPO_ROOT / "artifacts"))
+def artifact_directory(default: Path) -> Path:
+    """Where screenshots go: $PACS_TEST_ARTIFACTS when set (to keep them), else `default` (the test's tmp_path)."""
+    directory = Path(os.environ.get("PACS_TEST_ARTIFACTS", default))
     directory.mkdir(parents=True, exist_ok=True)
     return directory
 
@@ -390,13 +390,13 @@ def require_chromium():
     pytest.skip(reason)
 
 
-def test_browser_upload_type_click_and_read_scores(space_url, space_models):
+def test_browser_upload_type_click_and_read_scores(space_url, space_models, tmp_path):
     require_chromium()
     captions = ["a red circle on a white background", "a blue square", "a photo of a dog"]
     references = ["a red disc in the middle of a white image"]
     expected = engine_scores(space_models["engines"][space_models["local"]], RED_CIRCLE, captions, references)
     ranked = sorted(expected, key=lambda caption: -expected[caption]["RefPAC-S++"])
-    screenshot = artifact_directory() / "space_end_to_end.png"
+    screenshot = artifact_directory(tmp_path) / "space_end_to_end.png"
     example_captions = ["a blue square on a pale yellow background", "a red circle", "a green triangle"]
     example_references = "a dark blue square in the centre"
     example_expected = engine_scores(
