@@ -10,7 +10,6 @@ from pathlib import Path
 
 import datasets
 
-
 # The column names the old pipeline used (modeling_pacs/pacs/training.py and data/synthetic_pairs.py before 0536827).
 IMAGE_COLUMN = "image"
 SYNTHETIC_IMAGE_COLUMN = "synthetic_image"
