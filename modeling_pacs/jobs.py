@@ -56,6 +56,9 @@ logger = logging.getLogger(__name__)
 SHARD_DIGITS = 7
 MANIFEST_NAME = "manifest.json"
 RECORD_SUFFIX = ".checksum.json"
+# A crash at a known point, for the kill-and-resume tests (tests/fixtures/processes.py): "N:MARKER" makes a process
+# stop after writing its N-th shard, create the file MARKER and wait there until it is killed.
+PAUSE_AFTER_SHARDS_VARIABLE = "PACS_PP_TEST_PAUSE_AFTER_SHARDS"
 # Written into the manifest of a job whose every shard has a record; a manifest without it (an older version's job)
 # still resumes, its unrecorded shards verified by reading them. Not compared on resume.
 RECORDS_KEY = "shard_records"
@@ -359,6 +362,7 @@ class ShardedJob:
             read_shard = self.read_jsonl_shard
         self.read_shard = read_shard
         self.records_required = None  # known once the manifest is read: False for an older version's job
+        self.shards_written = 0
 
     @property
     def is_main_process(self) -> bool:
@@ -482,6 +486,8 @@ class ShardedJob:
         """Write shard k atomically with its record: `write(path)` writes the whole shard to a temporary path in any
         format; `rows` (the number of rows it holds) is recorded and checked by the merge."""
         write_recorded(self.shard_path(shard), write, rows)
+        self.shards_written += 1
+        pause_if_asked(self.shards_written)
 
     def write_jsonl_shard(self, shard: int, rows: Iterable[dict]):
         """Write shard k as JSON lines (no NaN or Infinity: they are not JSON)."""
@@ -565,6 +571,19 @@ class ShardedJob:
 
 
 # ---------------------------------------------------------------------------------------------------- progress
+def pause_if_asked(shards_written: int):
+    """The test hook of `PAUSE_AFTER_SHARDS_VARIABLE`: after the N-th shard, touch the marker and wait to be killed
+    (for 10 minutes at most, then exit with status 75 so that a forgotten process does not linger)."""
+    setting = os.environ.get(PAUSE_AFTER_SHARDS_VARIABLE)
+    if not setting:
+        return
+    count, _, marker = setting.partition(":")
+    if shards_written == int(count):
+        Path(marker).touch()
+        time.sleep(600)
+        os._exit(75)
+
+
 def format_duration(seconds: float) -> str:
     """`3725.2` -> `"1:02:05"`."""
     minutes, seconds = divmod(round(seconds), 60)

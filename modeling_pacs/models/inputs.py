@@ -67,7 +67,18 @@ def check_captions(captions: Sequence[Any], what: str = "candidate") -> list[str
     for index, caption in enumerate(captions):
         if not isinstance(caption, str):
             raise TypeError(f"{what} {index} is {type(caption).__name__} ({caption!r}), expected a string")
-    return captions
+    return [fix_surrogates(caption) for caption in captions]
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def fix_surrogates(text: str) -> str:
+    """`text` with UTF-16 surrogates mended, as ftfy does for CLIP's tokenizer: a pair becomes its character, a lone
+    one U+FFFD. Such strings (from JSON escapes like "\\ud800") are no UTF-8 text, and Rust tokenizers refuse them."""
+    if not SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def check_references(
@@ -108,7 +119,7 @@ def check_references(
                     f"reference {ref_index} of item {index} is {type(reference).__name__} ({reference!r}), "
                     "expected a string"
                 )
-        checked.append(list(item_references))
+        checked.append([fix_surrogates(reference) for reference in item_references])
     return checked
 
 
@@ -715,6 +726,23 @@ def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
             first_seen.append(position)
         index.append(positions[item_key])
     return unique, torch.tensor(index, dtype=torch.long), first_seen
+
+
+def check_media_list(media: Any, kind: str = "image") -> list:
+    """`media` (any iterable: a list, a tuple, a generator, a 4-D batch array) as a list of one image per candidate.
+
+    A single image is refused as a single caption string is (`check_captions`): a path, bytes, a PIL image, a
+    `datasets.Image` dict, or an array or tensor of at most 3 dimensions (iterating one would read its rows as images).
+    """
+    single = isinstance(media, (str, bytes, bytearray, os.PathLike, PIL.Image.Image, dict))
+    if isinstance(media, (np.ndarray, torch.Tensor)) and media.ndim <= 3:
+        single = True
+    if single:
+        raise TypeError(
+            f"{kind}s must be a list with one {kind} per candidate, got a single {kind} ({describe_image(media)}): "
+            "wrap it in a list"
+        )
+    return list(media)
 
 
 def check_media_count(media: list, candidates: list[str], kind: str = "image", work: str = "encoded") -> None:

@@ -40,6 +40,7 @@ from .inputs import (
     check_captions,
     check_long_captions,
     check_media_count,
+    check_media_list,
     check_positive_int,
     check_references,
     deduplicate,
@@ -352,18 +353,29 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         if subfolder:
             peft_kwargs["subfolder"] = subfolder
         local_adapter = Path(location) / (subfolder or "")
+        other_base = None
         if local_adapter.is_dir():
             module_names = {name for name, _ in self.clip.named_modules()}
             check_adapter_directory(local_adapter, module_names)
+            other_base = adapter_base_model(local_adapter, self.config.base_model_id)
         try:
             peft_model = PeftModel.from_pretrained(self.clip, location, **peft_kwargs)
         except (ValueError, RuntimeError) as error:  # PEFT's NoMatchingPeftModuleError, a size mismatch, ...
             if not local_adapter.is_dir() or isinstance(error, CorruptArtifactError):
                 raise
-            raise CorruptArtifactError(
-                local_adapter / "adapter_config.json",
-                f"PEFT could not load the adapter ({type(error).__name__}: {str(error).strip().splitlines()[0]})",
-            ) from error
+            problem = f"PEFT could not load the adapter ({type(error).__name__}: {str(error).strip().splitlines()[0]})"
+            if other_base is not None:
+                problem = (
+                    f"the adapter was trained on '{other_base}', but this model's backbone is "
+                    f"'{self.config.base_model_id}' (config base_model_id), and its weights do not fit: {problem}"
+                )
+            raise CorruptArtifactError(local_adapter / "adapter_config.json", problem) from error
+        if other_base is not None:  # the shapes fit (e.g. two checkpoints of one architecture): load, but say so
+            logger.warning(
+                f"the LoRA adapter '{local_adapter}' was trained on '{other_base}', but this model's backbone is "
+                f"'{self.config.base_model_id}' (config base_model_id): the scores are those of neither model unless "
+                "the two are the same checkpoint; use the adapter with its own backbone"
+            )
         if merge:
             self.clip = peft_model.merge_and_unload()
             # The weights now contain the adapter: saving this model must not apply it a second time.
@@ -640,7 +652,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         image_batch_size = check_positive_int(image_batch_size, "image_batch_size")
         text_batch_size = check_positive_int(text_batch_size, "text_batch_size")
         check_long_captions(long_captions)
-        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        images = check_media_list(images)
         check_media_count(images, candidates)
         if references is not None:
             references = check_references(references, len(candidates))
@@ -844,6 +856,20 @@ def check_tokenizer(tokenizer, backbone_config, name_or_path: str):
             + ". Copy the tokenizer files of the backbone into the folder (e.g. from the directory it was converted "
             "or trained from)"
         )
+
+
+def adapter_base_model(adapter_directory: Path, base_model_id: str) -> str | None:
+    """The base model an adapter's `adapter_config.json` names, when it is another than `base_model_id` (the config's
+    backbone); None when they agree or the adapter names none. A local path counts by its folder's name."""
+    try:
+        named = json.loads((Path(adapter_directory) / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        return None  # check_adapter_directory has reported what is wrong with the file
+    if not isinstance(named, str) or not named.strip():
+        return None
+    if named == base_model_id or Path(named).name == Path(base_model_id).name:
+        return None
+    return named
 
 
 def set_adapter_base_model(adapter_directory: Path, base_model_id: str):

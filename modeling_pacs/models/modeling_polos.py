@@ -37,6 +37,7 @@ from .inputs import (
     ImageInput,
     check_captions,
     check_media_count,
+    check_media_list,
     check_positive_int,
     check_references,
     deduplicate,
@@ -370,7 +371,7 @@ class PolosModel(PolosPreTrainedModel):
         ):
             check_positive_int(value, name)
         candidates = check_captions(candidates)
-        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        images = check_media_list(images)
         check_media_count(images, candidates)
         references = check_polos_references(references, len(candidates))
         if mode == "official":

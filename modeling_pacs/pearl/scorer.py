@@ -21,6 +21,7 @@ from ..models.inputs import (
     ImageInput,
     check_captions,
     check_media_count,
+    check_media_list,
     check_references,
     deduplicate,
     image_key,
@@ -206,7 +207,7 @@ class PearlScorer:
         `truncated_reference_tokens` count the caption tokens the encoders dropped (`count_truncation`).
         """
         candidates = check_captions(candidates)
-        images = list(images) if not isinstance(images, (str, bytes)) else [images]
+        images = check_media_list(images)
         check_media_count(images, candidates)
         empty = [index for index, candidate in enumerate(candidates) if not candidate.strip()]
         if empty:

@@ -11,13 +11,14 @@ or the Hub cache once Stella has been loaded on this machine. Without them the t
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoConfig
+from transformers import AutoConfig, dynamic_module_utils
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
 from modeling_pacs.encoders.stella import StellaEncoder, extended_attention_mask
@@ -75,7 +76,25 @@ def tiny_stella_directory(tmp_path_factory):
             "Alibaba-NLP/new-impl's configuration.py and modeling.py are not here: set PACS_NEW_IMPL_DIR to a folder "
             "holding them (hf download Alibaba-NLP/new-impl configuration.py modeling.py --local-dir D)"
         )
-    directory = tmp_path_factory.mktemp("stella_remote")
+    # Everything below writes under tmp: the remote code's module copies (transformers' HF_MODULES_CACHE, by default
+    # ~/.cache/huggingface/modules) and any Hub cache (HF_HOME). Only the new-impl files above are read from outside.
+    isolated = tmp_path_factory.mktemp("hf_home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_HOME", str(isolated))
+        patch.setattr(dynamic_module_utils, "HF_MODULES_CACHE", str(isolated / "modules"))
+        yield build_tiny_stella(code, tmp_path_factory.mktemp("stella_remote"))
+    assert not any(Path(path).is_relative_to(Path.home() / ".cache") for path in stella_module_files())
+
+
+def stella_module_files() -> list[str]:
+    """Where the imported copies of the tiny Stella's remote code live."""
+    return [
+        module.__file__ for name, module in list(sys.modules.items())
+        if name.startswith("transformers_modules") and "stella_remote" in name and getattr(module, "__file__", None)
+    ]  # fmt: skip
+
+
+def build_tiny_stella(code: Path, directory: Path) -> Path:
     for name in NEW_IMPL_FILES:
         shutil.copy(code / name, directory / name)
     # Build the weights with the padded attention (no xformers here), then write Stella's own switches.

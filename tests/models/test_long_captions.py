@@ -6,6 +6,8 @@ from the tokenizer's untruncated ids, each piece is embedded with transformers' 
 token-weighted mean are computed in float64.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -61,6 +63,37 @@ def test_plan_skips_the_unreachable_tail_of_a_word_longer_than_the_context():
     pieces, dropped = plan_caption_pieces([3, 20, 3], [True, False, False], capacity=8)
     assert [tuple(piece) for piece in pieces] == [(0, 2, 8), (1, 2, 3), (2, 3, 3)]
     assert dropped == 12
+
+
+@pytest.mark.parametrize("capacity", [8, 9, 72])
+@pytest.mark.parametrize("extra", [0, 1])
+def test_the_next_piece_re_reads_at_most_half_a_window(capacity, extra):
+    """Both sides of the rule: a sentence starting `capacity // 2` tokens before the first unread token is re-read
+    (2 * re-read <= capacity); one token earlier, the piece starts at the unread token's word instead."""
+    reread = capacity // 2 + extra
+    sentence = capacity - reread  # one-token words; the second sentence starts at word `sentence`
+    starts = [index in (0, sentence) for index in range(2 * capacity)]
+    pieces, dropped = plan_caption_pieces([1] * (2 * capacity), starts, capacity)
+    expected_first = sentence if 2 * reread <= capacity else capacity
+    assert (extra == 0) == (expected_first == sentence)
+    reach = min(expected_first + capacity, 2 * capacity)
+    assert tuple(pieces[1]) == (expected_first, reach, reach - capacity)
+    assert dropped == 0
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_captions_on_both_sides_of_the_half_window_rule_split_as_defined(clip_model, extra):
+    """The same boundary through the tokenizer: the first sentence ends `capacity // 2 + extra` tokens before the
+    window's end."""
+    capacity = context_capacity(clip_model)
+    first_sentence = " ".join(["a"] * (capacity - capacity // 2 - extra - 2)) + " dog."  # 'dog' '.': 2 tokens
+    caption = first_sentence + " Two " + " ".join(["a"] * capacity) + " cat."  # 'two': 1 token
+    texts, weights = reference_pieces(clip_model, caption)
+    split = clip_model.split_long_captions([caption])
+    assert split.texts == texts and split.new_tokens == weights
+    # extra 0: the second piece re-reads the second sentence from 'Two'; extra 1: it starts at the first unread word.
+    assert texts[1].startswith("Two") == (extra == 0)
+    assert (texts[1].split()[-1] == "cat.") == (extra == 1) and len(texts) == 2 + (extra == 0)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -161,27 +194,51 @@ def transformers_image_features(model, images) -> np.ndarray:
         return model.clip.get_image_features(pixel_values=pixels).pooler_output.double().numpy()
 
 
-def reference_pieces(model, caption: str) -> tuple[list[str], list[int]]:
-    """The chunk definition re-derived from the tokenizer's untruncated ids: each piece's text and weight.
+SENTENCE_END = re.compile(r"[.!?][\"')\]\u201d\u2019]*$")  # a word ending a sentence, closing quotes allowed
 
-    Piece k reads the content tokens `[start_k, start_k + capacity)`; its weight is the number of those tokens no
-    earlier piece read. The check that the model's pieces read exactly these windows is done on the token ids.
-    """
+
+def content_ids(model, text: str) -> list[int]:
+    """The untruncated token ids of `text` without the prompt prefix and the special tokens."""
+    return model.tokenizer(model.prepare_texts([text], "")[0], add_special_tokens=False)["input_ids"]
+
+
+def context_capacity(model) -> int:
+    """Content tokens one encoder window holds: the context less the special tokens and the prompt prefix."""
     prefix_ids = model.tokenizer(model.prepare_texts([""])[0], add_special_tokens=False)["input_ids"]
-    capacity = model.config.max_text_length - model.tokenizer.num_special_tokens_to_add() - len(prefix_ids)
-    content = model.tokenizer(model.prepare_texts([caption], "")[0], add_special_tokens=False)["input_ids"]
-    split = model.split_long_captions([caption])
-    covered, weights, previous_start = 0, [], -1
-    for text in split.texts:
-        ids = model.tokenizer(model.prepare_texts([text], "")[0], add_special_tokens=False)["input_ids"][:capacity]
-        # A piece begins after the previous one's start and no later than the first unread token.
-        start = max(s for s in range(previous_start + 1, covered + 1) if content[s : s + len(ids)] == ids)
-        assert covered < start + len(ids), "every piece reads a token no earlier piece read"
-        previous_start = start
-        weights.append(start + len(ids) - covered)
-        covered = start + len(ids)
-    assert covered == len(content) or len(split.texts) == 1
-    return split.texts, weights
+    return model.config.max_text_length - model.tokenizer.num_special_tokens_to_add() - len(prefix_ids)
+
+
+def reference_pieces(model, caption: str) -> tuple[list[str], list[int]]:
+    """The chunk definition (docs/guides/long-captions.md) re-derived without the code under test: each piece's text
+    and weight.
+
+    Word i begins at token `len(ids of the first i words)`. The first piece is the caption (truncated by the encoder);
+    each further piece starts at the sentence holding the first unread token when that re-reads at most half a window
+    (2 * re-read <= capacity), else at that token's word; it reads `capacity` tokens and weighs the ones no earlier
+    piece read. (The test captions have no word longer than a window.)
+    """
+    capacity = context_capacity(model)
+    words = caption.split()
+    word_start = [len(content_ids(model, " ".join(words[:index]))) if index else 0 for index in range(len(words))]
+    total = len(content_ids(model, caption))
+    sentence_start = [index == 0 or bool(SENTENCE_END.search(words[index - 1])) for index in range(len(words))]
+    texts, weights, covered = [caption], [min(capacity, total)], min(capacity, total)
+    while covered < total:
+        word = max(index for index in range(len(words)) if word_start[index] <= covered)
+        sentence = max(index for index in range(word + 1) if sentence_start[index])
+        if 2 * (covered - word_start[sentence]) <= capacity:
+            first = sentence
+        else:
+            first = word
+            assert covered - word_start[word] < capacity, "no test caption has a word longer than a window"
+        reach = word_start[first] + capacity
+        end = next((index for index in range(first + 1, len(words)) if word_start[index] >= reach), len(words))
+        texts.append(" ".join(words[first:end]))
+        weights.append(min(reach, total) - covered)
+        covered = min(reach, total)
+    if len(texts) == 1:
+        return texts, [1]
+    return texts, weights
 
 
 def numpy_chunk_scores(model, images, candidates, references):
@@ -211,6 +268,11 @@ def test_chunk_scores_equal_numpy_on_transformers_features(model, images):
     candidates = [LONG, SHORT, RUN_ON, " ".join(SENTENCES[:3] * 2)]
     references = [[SHORT, LONG], [LONG], ["a dog", "a ball"], [RUN_ON]]
     output = model.score(images, candidates, references, long_captions="chunks")
+    split = model.split_long_captions(candidates)
+    for item, candidate in enumerate(candidates):
+        texts, weights = reference_pieces(model, candidate)
+        assert [text for owner, text in zip(split.owner, split.texts) if owner == item] == texts
+        assert [n for owner, n in zip(split.owner, split.new_tokens) if owner == item] == weights
     scores, similarities, ref_scores = numpy_chunk_scores(model, images, candidates, references)
     assert output.num_pieces.tolist()[1] == 1 and output.num_pieces.tolist()[0] >= 2
     assert output.truncated_tokens.tolist() == [0, 0, 0, 0]

@@ -465,6 +465,19 @@ def test_scores_equal_the_authors_forward_in_numpy(pearl_run, converted, batch_s
     assert np.all(np.abs(expected["score"][with_refs] - expected["img_score"][with_refs]) > 1e-4)
 
 
+@pytest.mark.parametrize("lambda_img", [0.2, 0.9])
+def test_a_lambda_other_than_half_weights_the_image_score_as_the_authors_formula(pearl_run, converted, lambda_img):
+    """With lambda = 0.5, swapping lambda and 1 - lambda in the fusion changes nothing: other values catch it."""
+    model = PearlModel.from_pretrained(converted["output"], dtype=torch.float32).eval()
+    model.config.lambda_img = lambda_img
+    items = random_items(REFERENCE_COUNTS, TINY_DIMS, BLIP_TOKENS, seed=3)
+    weights = numpy_weights(pearl_run["state"])
+    expected = pearl_forward(weights, items, num_heads=TINY["num_heads"], lambda_img=lambda_img)
+    assert_scores_close(scores_in_batches(model, items, 7)["score"], expected["score"], what=f"lambda {lambda_img}")
+    swapped = pearl_forward(weights, items, num_heads=TINY["num_heads"], lambda_img=1 - lambda_img)["score"]
+    assert np.abs(swapped - expected["score"]).max() > 1e-3  # the test can tell lambda from 1 - lambda
+
+
 def test_hparams_come_from_the_file_given_or_the_checkpoint(pearl_run, tmp_path):
     hparams = dict(pearl_run["hparams"])
     bare = tmp_path / "copy" / "epoch=2-step=1233.ckpt"

@@ -139,8 +139,13 @@ def pack_references(items: list[dict], key: str, size: int) -> tuple[np.ndarray,
     return features, mask
 
 
-def pearl_forward(weights: dict[str, np.ndarray], items: list[dict], num_heads: int = 8) -> dict[str, np.ndarray]:
-    """Scores of `items` (one batch): `score` [B], `img_score` [B], `ref_score` [B], `ref_scores` [B, 5]."""
+def pearl_forward(
+    weights: dict[str, np.ndarray], items: list[dict], num_heads: int = 8, lambda_img: float = LAMBDA
+) -> dict[str, np.ndarray]:
+    """Scores of `items` (one batch): `score` [B], `img_score` [B], `ref_score` [B], `ref_scores` [B, 5].
+
+    `lambda_img` is the authors' `LAMBDA * img_score + (1 - LAMBDA) * ref_score` weight (0.5 in their code).
+    """
     size = weights["diff_feature_mlp1.weight"].shape[0]  # Pearl hard-codes 768, its E
 
     def stacked(key):
@@ -171,5 +176,5 @@ def pearl_forward(weights: dict[str, np.ndarray], items: list[dict], num_heads: 
         slot_score = head(weights, "ff2", summarise(weights, slot_tokens, num_heads))
         ref_scores[:, slot] = np.where(masks[0][:, slot], slot_score, 0.0)
     ref_score = ref_scores.max(axis=1)
-    score = np.where(packed["clip"][1].any(axis=1), LAMBDA * img_score + (1 - LAMBDA) * ref_score, img_score)
+    score = np.where(packed["clip"][1].any(axis=1), lambda_img * img_score + (1 - lambda_img) * ref_score, img_score)
     return {"score": score, "img_score": img_score, "ref_score": ref_score, "ref_scores": ref_scores}

@@ -10,7 +10,34 @@ from pathlib import Path
 
 import datasets
 
-from modeling_pacs.pacs.training import prepare_training_dataset
+# The column names the old pipeline used (modeling_pacs/pacs/training.py and data/synthetic_pairs.py before 0536827).
+IMAGE_COLUMN = "image"
+SYNTHETIC_IMAGE_COLUMN = "synthetic_image"
+ROW_INDEX_COLUMN = "row_index"
+
+
+def check_training_columns(column_names, columns, what="training dataset"):
+    column_names = list(column_names)
+    missing = [column for column in columns if column not in column_names]
+    if missing:
+        raise ValueError(
+            f"the {what} lacks column(s) {missing}: expected columns {columns} (images as paths, bytes or "
+            f"datasets.Image; captions as strings), found {column_names}. Rename columns with "
+            "dataset.rename_column, or set the loss weight of a missing synthetic column to 0"
+        )
+
+
+def prepare_training_dataset(dataset, columns, what="training dataset"):
+    """The old `modeling_pacs.pacs.training.prepare_training_dataset`, inlined: a reference shares no code with the
+    pipeline it checks (the new one calls the package's function)."""
+    check_training_columns(dataset.column_names, columns, what)
+    for column in (IMAGE_COLUMN, SYNTHETIC_IMAGE_COLUMN):
+        feature = dataset.features.get(column)
+        if isinstance(feature, datasets.Image) and feature.decode:
+            dataset = dataset.cast_column(column, datasets.Image(decode=False))
+    if ROW_INDEX_COLUMN not in dataset.column_names:
+        dataset = dataset.add_column(ROW_INDEX_COLUMN, list(range(len(dataset))))
+    return dataset
 
 
 def load_karpathy_rows(karpathy_json, image_root, splits):
