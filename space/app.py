@@ -837,10 +837,12 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
         name = cache.local_model if cache.local_model and metric == cache.local_entry else metric
         return cache.model(name, metric)
 
-    def compare_form(image, captions_text, references_text, metrics, rank_by):
+    def compare_form(image, captions_text, references_text, metrics, rank_by, from_page=False):
         metrics = check_metrics(metrics, choices)
         request = parse_request(image, captions_text, references_text)
         table = compare_request(request, metrics, load)
+        if from_page and rank_by not in score_columns(table):
+            rank_by = ""  # the page's "Rank by" names a column of the previous comparison: the list shows the new one
         ranked = rank_comparison(table, rank_by)
         return (
             summary_text(ranked, None, random_weights=ranked.attrs["random_weights"]),
@@ -859,7 +861,7 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
 
     def compare_and_keep(image, captions_text, references_text, metrics, rank_by):
         best, styled, details, table = run_guarded(
-            compare_form, image, captions_text, references_text, metrics, rank_by
+            compare_form, image, captions_text, references_text, metrics, rank_by, True
         )
         return best, styled, details, gr.update(choices=score_columns(table), value=details["ranked_by"]), table
 

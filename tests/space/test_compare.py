@@ -141,14 +141,27 @@ def test_ranking_by_any_column_and_reranking_without_rescoring(app, demo, engine
         (["/etc"], [], "", "Unknown metric: unknown metric '/etc': pick from"),  # no paths, even as a metric
         ({"tiny": 1}, [], "", "Unknown metric: the metrics must be a list of names, as /list_metrics returns them"),
         (["tiny:polos"], [], "", "No references: tiny:polos (Polos) is a reference-based metric: enter at least one"),
-        (MODELS, [], "RefPAC-S++", "Unknown column: cannot rank by 'RefPAC-S++': the columns of this comparison"),
-        (MODELS, [], ["CLIP-S"], "Unknown column: cannot rank by 'list': the columns of this comparison are"),
     ],
 )
 def test_a_bad_choice_gets_one_message_in_the_page(app, demo, metrics, references, rank_by, message):
     shown, *outputs = compare(demo, app, ["a red circle"], references, metrics, rank_by)
     assert shown["visible"] is True and shown["value"].startswith(message)
     assert outputs == [None] * 5
+
+
+def test_rank_by_a_column_the_result_lacks(app, demo):
+    """An API call gets a message naming the columns; the page, whose "Rank by" still names a column of the previous
+    comparison (here RefPAC-S++, before the references were removed), ranks by the first column and shows it."""
+    api = next(function.fn for function in demo.fns.values() if function.api_name == "compare")
+    for rank_by, shown in (("RefPAC-S++", "RefPAC-S++"), (["CLIP-S"], "list")):
+        with pytest.raises(app.gr.Error) as raised:
+            api({"path": str(app.upload)}, "a red circle", "", MODELS, rank_by)
+        assert raised.value.message == (
+            f"cannot rank by '{shown}': the columns of this comparison are ['CLIP-S', 'PAC-S++']"
+        )
+    message, best, _, details, rank_by, _ = compare(demo, app, ["a red circle", "a dog"], [], MODELS, "RefPAC-S++")
+    assert message["visible"] is False and details["ranked_by"] == rank_by["value"] == "CLIP-S"
+    assert "(ranked by CLIP-S)" in best
 
 
 @NEEDS_JAVA
