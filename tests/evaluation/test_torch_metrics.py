@@ -1,6 +1,6 @@
-"""The torchmetrics `Metric`s (`ModelMetric`, `PACSppMetric`, ...): two gloo processes, each updating with half of the
-items, compute what one process computes with all of them (1e-6), which is the mean of `model.score`'s per-item
-scores; the scoring model stays out of the metric's state; bad input is an error naming it."""
+"""The torchmetrics `Metric`s (`ModelMetric`, `PACSppMetric`, ...): two gloo processes (forked, CPU), each updating
+with half of the items, compute what one process computes with all of them (1e-6), which is the mean of
+`model.score`'s per-item scores; the scoring model stays out of the metric's state; bad input is an error naming it."""
 
 import json
 import socket
@@ -39,12 +39,12 @@ def update_in_halves(metric, images, rank: int, world_size: int):
         metric.update([images[i] for i in batch], [CAPTIONS[i] for i in batch], [REFERENCES[i] for i in batch])
 
 
-def distributed_worker(rank: int, world_size: int, port: int, images: list, output: str):
-    torch.set_num_threads(1)  # two processes on the machine's cores
+def distributed_worker(rank: int, world_size: int, port: int, model, images: list, output: str):
+    torch.set_num_threads(1)  # forked: no OpenMP pool of the parent's (as DataLoader workers), and 2 processes
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                          world_size=world_size)  # fmt: skip
     try:
-        metric = CLIPSMetric(model="tiny:clip_s", output="ref_score")
+        metric = CLIPSMetric(model=model, output="ref_score")
         update_in_halves(metric, images, rank, world_size)
         value = metric.compute()
         if rank == 0:
@@ -60,16 +60,21 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.skipif(not torch.distributed.is_gloo_available(), reason="this torch build has no gloo backend")
+@pytest.mark.skipif(
+    not torch.distributed.is_gloo_available() or "fork" not in torch.multiprocessing.get_all_start_methods(),
+    reason="this torch build has no gloo backend, or this system cannot fork",
+)
 def test_two_gloo_processes_compute_what_one_process_computes(images, tmp_path):
     model = load_model("tiny:clip_s")  # built once here, read by both processes
-    one = CLIPSMetric(model="tiny:clip_s", output="ref_score")
+    one = CLIPSMetric(model=model, output="ref_score")
     update_in_halves(one, images, 0, 1)
     expected = model.score(images, CAPTIONS, references=REFERENCES).ref_scores.double().mean().item()
     assert one.compute().item() == pytest.approx(expected, abs=1e-6)
 
     output = tmp_path / "rank0.json"
-    torch.multiprocessing.spawn(distributed_worker, args=(2, free_port(), images, str(output)), nprocs=2)
+    # forked, the processes share the loaded model (a spawned process would import and load everything again)
+    torch.multiprocessing.start_processes(distributed_worker, args=(2, free_port(), model, images, str(output)),
+                                          nprocs=2, start_method="fork")  # fmt: skip
     result = json.loads(output.read_text())
     assert result["value"] == pytest.approx(one.compute().item(), abs=1e-6)
     assert result["signature"] == one.signature() and "|refs:1-3|" in result["signature"]
