@@ -3,36 +3,26 @@ cannot replace (evaluate 0.4 reads no entry points and imports nothing of an ins
 docs/guides/evaluate-module.md#why-register). So the docs make the order impossible to miss: on every page, the first
 example that loads the module by name comes after the registration step."""
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", "docs/get-started.md", "docs/guides/evaluate-module.md"]
 
 
-def test_loading_by_name_before_registering_is_evaluates_file_not_found(tmp_path):
-    environment = {
-        **os.environ,
-        "HF_HOME": str(tmp_path / "hf_home"),  # a fresh cache: nothing registered
-        "HF_MODULES_CACHE": str(tmp_path / "hf_home" / "modules"),
-        "HF_HUB_OFFLINE": "1",
-        "HF_EVALUATE_OFFLINE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    completed = subprocess.run(
-        [sys.executable, "-c", "import evaluate; evaluate.load('pacs_pp')"],
-        cwd=tmp_path,
-        env=environment,
-        capture_output=True,
-        text=True,
-    )
-    assert completed.returncode == 1
-    assert completed.stderr.splitlines()[-1] == (  # the message the guide shows
-        f"FileNotFoundError: Couldn't find a module script at {tmp_path}/pacs_pp/pacs_pp.py. Module 'pacs_pp' "
-        "doesn't exist on the Hugging Face Hub either."
+def test_loading_by_name_before_registering_is_evaluates_file_not_found(tmp_path, monkeypatch):
+    import evaluate
+
+    monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")  # a fresh cache: nothing registered
+    monkeypatch.setattr(evaluate.config, "HF_EVALUATE_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as raised:
+        evaluate.load("pacs_pp")
+    assert str(raised.value) == (  # the message the guide shows
+        f"Couldn't find a module script at {tmp_path}/pacs_pp/pacs_pp.py. Module 'pacs_pp' doesn't exist on the "
+        "Hugging Face Hub either."
     )
 
 
