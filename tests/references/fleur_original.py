@@ -5,8 +5,9 @@ tests/fleur/test_parity.py. Run it in an environment with LLaVA's code and its t
 
 The body of `judge` is fleur.py:67-171 / reffleur.py of Yebin46/FLEUR (LLaVA at ab58dc1, the submodule's commit) with
 these changes, each needed to run it here and none touching the numbers:
-- CPU and fp32: `load_pretrained_model(..., device="cpu", device_map="cpu")` then `model.float()` (the authors run
-  fp16 on CUDA; `.cuda()` and `dtype=torch.float16` are dropped);
+- CPU and fp32: the lines of `load_pretrained_model` (llava/model/builder.py) that apply to LLaVA-1.5, with
+  `torch_dtype=torch.float32` instead of fp16 (the authors run fp16 on CUDA; `.cuda()` and the fp16 casts are
+  dropped: loading in fp16 and casting back moves the logits by about 2e-3 on the tiny judge);
 - no `TextStreamer` (it only prints), and `max_new_tokens` is an argument (the authors' 512);
 - the `except: print("Error!")` that reuses the previous score, and the `continue` that skips an out-of-range row,
   record the outcome instead (`unparsable` / `out_of_range` / `digit_not_found`, by the exception's place), and every
@@ -108,15 +109,21 @@ def main():
     from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
     from llava.conversation import SeparatorStyle, conv_templates
     from llava.mm_utils import KeywordsStoppingCriteria, process_images, tokenizer_image_token
-    from llava.model.builder import load_pretrained_model
+    from llava.model import LlavaLlamaForCausalLM
+    from transformers import AutoTokenizer
 
     llava = dict(DEFAULT_IMAGE_TOKEN=DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX=IMAGE_TOKEN_INDEX,
                  SeparatorStyle=SeparatorStyle, conv_templates=conv_templates,
                  KeywordsStoppingCriteria=KeywordsStoppingCriteria, process_images=process_images,
                  tokenizer_image_token=tokenizer_image_token)  # fmt: skip
-    tokenizer, model, image_processor, _ = load_pretrained_model(
-        args.llava, None, "llava-v1.5", device="cpu", device_map="cpu"
-    )
+    # llava/model/builder.py:121-143 (load_pretrained_model) in fp32 on CPU: the builder casts to fp16
+    tokenizer = AutoTokenizer.from_pretrained(args.llava, use_fast=False)
+    model = LlavaLlamaForCausalLM.from_pretrained(args.llava, low_cpu_mem_usage=True, torch_dtype=torch.float32)
+    model.resize_token_embeddings(len(tokenizer))
+    vision_tower = model.get_vision_tower()
+    if not vision_tower.is_loaded:
+        vision_tower.load_model()
+    image_processor = vision_tower.image_processor
     model = model.float().eval()
     rate2token = {s: tokenizer.encode(str(s))[-1] for s in range(10)}
     items = json.load(open(args.items))
