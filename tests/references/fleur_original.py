@@ -1,7 +1,9 @@
 """FLEUR and RefFLEUR through the authors' procedure and the original LLaVA code: the reference of
 tests/fleur/test_parity.py. Run it in an environment with LLaVA's code and its transformers (4.31), not in the suite:
 
-    python tests/references/fleur_original.py --llava-code LLaVA --llava DIR --items items.json --output fixture.json
+    PYTHONPATH=LLaVA python tests/references/fleur_original.py --llava DIR --items items.json --output fixture.json
+
+(`LLaVA` a checkout of haotian-liu/LLaVA at ab58dc1; the refenv also needs einops, which its `llava.model` imports.)
 
 The body of `judge` is fleur.py:67-171 / reffleur.py of Yebin46/FLEUR (LLaVA at ab58dc1, the submodule's commit) with
 these changes, each needed to run it here and none touching the numbers:
@@ -18,7 +20,6 @@ these changes, each needed to run it here and none touching the numbers:
 import argparse
 import json
 import re
-import sys
 
 import torch
 from PIL import Image
@@ -98,14 +99,12 @@ def judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--llava-code", required=True, help="a checkout of haotian-liu/LLaVA at ab58dc1")
     parser.add_argument("--llava", required=True, help="LLaVA-1.5 directory, original layout")
     parser.add_argument("--items", required=True, help="JSON: {images, candidates, references}")
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--image-aspect-ratio", default="pad")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
-    sys.path.insert(0, args.llava_code)
     from llava.constants import DEFAULT_IMAGE_TOKEN, IMAGE_TOKEN_INDEX
     from llava.conversation import SeparatorStyle, conv_templates
     from llava.mm_utils import KeywordsStoppingCriteria, process_images, tokenizer_image_token
