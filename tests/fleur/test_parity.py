@@ -76,9 +76,9 @@ def test_fleur_and_ref_fleur_equal_the_authors_code(judges, caplog):
     assert output.failed_answers.tolist() == failures and output.num_failed == sum(failures)
     assert f"{sum(failures)} answer(s) of the judge gave no score" in caplog.text
     # without references: FLEUR alone, the same numbers; one caption per call: the same numbers (batch invariance)
-    alone = judge.score(images(), FIXTURE["candidates"], batch_size=1)
+    alone = judge.score(images()[:3], FIXTURE["candidates"][:3], batch_size=1)
     assert alone.ref_scores is None
-    assert_matches(alone.scores, alone.outcomes, alone.answers, FIXTURE["fleur"])
+    assert_matches(alone.scores, alone.outcomes, alone.answers, FIXTURE["fleur"][:3])
 
 
 def test_prompt_ids_and_next_token_logits_equal_the_original_code(judges):
@@ -133,3 +133,28 @@ def test_empty_and_overlong_captions_are_refused_by_item(judges):
         judge.score(images()[:2], ["a cat", "  "])
     with pytest.raises(ValueError, match="the candidate of item 0: the prompt is .* shorten the caption"):
         judge.score(images()[:1], ["a cat " * 400])
+
+
+def test_explanations_follow_the_authors_second_turn(judges):
+    """fleur_exp.py's turn after the score: the same prompt ids and answer as the original code, given the same
+    score string (the prompt carries `str(score)`, whose last digits differ with float rounding)."""
+    from modeling_pacs.models.inputs import load_image
+
+    _, _, judge = judges
+    wanted = [index for index, item in enumerate(FIXTURE["fleur"]) if item["score"] is not None]
+    prompts = [
+        judge.prompt_ids(
+            judge.config.prompt.format(candidate=FIXTURE["candidates"][index]),
+            f"{FIXTURE['fleur'][index]['score']}</s>",
+        )
+        for index in wanted
+    ]
+    assert [-200 if token == -1 else token for token in prompts[0]] == FIXTURE["explanation_prompt_ids_0"]
+    features = judge.encode_images([load_image(image) for image in images()], 4)
+    answers = judge.generate_answers(prompts, wanted, features, FIXTURE["explanation_max_new_tokens"], 4)
+    for index, (generated, _) in zip(wanted, answers, strict=True):
+        assert judge.tokenizer.decode(generated).strip() == FIXTURE["fleur"][index]["explanation"]
+    judge.config.explanation_max_new_tokens = FIXTURE["explanation_max_new_tokens"]
+    output = judge.score(images()[:3], FIXTURE["candidates"][:3], explain=True)
+    assert [text is None for text in output.explanations] == [item["score"] is None for item in FIXTURE["fleur"][:3]]
+    assert output.explanations[0] == FIXTURE["fleur"][0]["explanation"].removesuffix("</s>")

@@ -14,7 +14,8 @@ these changes, each needed to run it here and none touching the numbers:
 - the `except: print("Error!")` that reuses the previous score, and the `continue` that skips an out-of-range row,
   record the outcome instead (`unparsable` / `out_of_range` / `digit_not_found`, by the exception's place), and every
   row is scored (the authors score every third);
-- the first step's logits of each prompt are recorded (docs/spec/fleur.md#logit-differences).
+- the first step's logits of each prompt are recorded (docs/spec/fleur.md#logit-differences);
+- FLEUR's items get fleur_exp.py's second turn ("Why? Tell me the reason.") after their score, in the same call.
 """
 
 import argparse
@@ -25,7 +26,7 @@ import torch
 from PIL import Image
 
 
-def judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, llava):
+def judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, llava, explain=False):
     conv_templates, SeparatorStyle = llava["conv_templates"], llava["SeparatorStyle"]
     process_images, tokenizer_image_token = llava["process_images"], llava["tokenizer_image_token"]
     KeywordsStoppingCriteria = llava["KeywordsStoppingCriteria"]
@@ -92,6 +93,22 @@ def judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, 
             probs = torch.nn.functional.softmax(probs, dim=-1)[0]
             score = 0.9 * probs[rate2token[0]] + probs[rate2token[1]]
         record["score"] = float(score)
+        if explain:  # fleur_exp.py:181 and the loop's second turn
+            conv.messages[-1][-1] = str(score.item()) + "</s>"
+            conv.append_message(conv.roles[0], "Why? Tell me the reason.")
+            conv.append_message(conv.roles[1], None)
+            prompt = conv.get_prompt()
+            input_ids = tokenizer_image_token(prompt, tokenizer, llava["IMAGE_TOKEN_INDEX"], return_tensors="pt")
+            input_ids = input_ids.unsqueeze(0)
+            stopping_criteria = KeywordsStoppingCriteria([stop_str], tokenizer, input_ids)
+            with torch.inference_mode():
+                output_dict = model.generate(
+                    input_ids, images=image_tensor, do_sample=False, temperature=0.2, num_beams=1,
+                    max_new_tokens=args.explanation_max_new_tokens, use_cache=True,
+                    stopping_criteria=[stopping_criteria], output_scores=True, return_dict_in_generate=True,
+                )  # fmt: skip
+            record["explanation_prompt_ids"] = [int(i) for i in input_ids[0]]
+            record["explanation"] = tokenizer.decode(output_dict.sequences[0, input_ids.shape[1] :]).strip()
     except Exception:  # the authors: print("Error!") and reuse the previous score
         record["outcome"] = "unparsable" if stage == "parse" else "digit_not_found"
     return record
@@ -102,6 +119,7 @@ def main():
     parser.add_argument("--llava", required=True, help="LLaVA-1.5 directory, original layout")
     parser.add_argument("--items", required=True, help="JSON: {images, candidates, references}")
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--explanation-max-new-tokens", type=int, default=512)
     parser.add_argument("--image-aspect-ratio", default="pad")
     parser.add_argument("--output", required=True)
     args = parser.parse_args()
@@ -131,7 +149,9 @@ def main():
         candidate = " ".join(candidate.split())
         reference = "\n".join(reference)
         inp = f"Your task is to evaluate and rate the caption on a scale of 0.0 to 1.0 based on the given Grading Criteria. (Print Real Number Score ONLY)\n\nGrading Criteria:\n\n0.0: The caption does not describe the image at all.\n1.0: The caption accurately and clearly describes the image.\n\nCaption: {candidate}\n\nScore(Choose a rating from 0.0 to 1.0):"  # noqa: E501
-        results["fleur"].append(judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, llava))
+        results["fleur"].append(
+            judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, llava, explain=True)
+        )
         inp = f"Your task is to evaluate and rate the candidate caption on a scale of 0.0 to 1.0 based on the given Grading Criteria. (Print Real Number Score ONLY)\n\nGrading Criteria:\n\n0.0: The caption does not describe the image at all.\n1.0: The caption accurately and clearly describes the image.\n\nReference Captions: {reference}\n\nCandidate Caption: {candidate}\n\nScore(Choose a rating from 0.0 to 1.0):"  # noqa: E501
         results["ref_fleur"].append(judge(model, tokenizer, image_processor, rate2token, args, image_file, inp, llava))
     json.dump(results, open(args.output, "w"))
