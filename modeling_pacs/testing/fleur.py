@@ -105,26 +105,27 @@ def piece_id(processor, piece: str) -> int:
 
 
 def shaped_weights(
-    vocab: "object", seed: int, forks: bool, context_scale: float, fork_strength: float
+    vocab: "object", seed: int, forks: bool, context_scale: float, fork_strength: float, width: int = TEXT_WIDTH,
+    layers: int = 2,
 ) -> dict[str, torch.Tensor]:
     """The language model's and projector's weights, in the original LLaVA names (`model.layers.0...`)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     generator = torch.Generator().manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=vocab.get_piece_size(), hidden_size=TEXT_WIDTH, intermediate_size=2 * TEXT_WIDTH,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024,
+        vocab_size=vocab.get_piece_size(), hidden_size=width, intermediate_size=2 * width,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024,
     )  # fmt: skip
     torch.manual_seed(seed)
     state = {name: tensor.clone() for name, tensor in LlamaForCausalLM(config).state_dict().items()}
-    embeddings = torch.randn(config.vocab_size, TEXT_WIDTH, generator=generator)
+    embeddings = torch.randn(config.vocab_size, width, generator=generator)
     state["model.embed_tokens.weight"] = embeddings
     for name in state:  # the layers perturb the residual stream: the context moves the logits a little
         if name.endswith(("o_proj.weight", "down_proj.weight")):
-            state[name] = torch.randn(state[name].shape, generator=generator) * context_scale / TEXT_WIDTH**0.5
+            state[name] = torch.randn(state[name].shape, generator=generator) * context_scale / width**0.5
         elif name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")):
-            state[name] = torch.randn(state[name].shape, generator=generator) / TEXT_WIDTH**0.5
-    head = torch.randn(config.vocab_size, TEXT_WIDTH, generator=generator) * 0.02
+            state[name] = torch.randn(state[name].shape, generator=generator) / width**0.5
+    head = torch.randn(config.vocab_size, width, generator=generator) * 0.02
     unit = embeddings / embeddings.norm(dim=-1, keepdim=True)
     ids = {piece: piece_id(vocab, piece) for piece in ("▁", ":", "0", "1", ".", "5", "8", "▁A")}
     eos = vocab.eos_id()
@@ -136,15 +137,21 @@ def shaped_weights(
         following = following if isinstance(following, int) else ids[following]
         head[following] += strength * unit[ids[current]]
     state["lm_head.weight"] = head
-    state["model.mm_projector.0.weight"] = torch.randn(TEXT_WIDTH, VISION_WIDTH, generator=generator) * 0.2
-    state["model.mm_projector.0.bias"] = torch.zeros(TEXT_WIDTH)
-    state["model.mm_projector.2.weight"] = torch.randn(TEXT_WIDTH, TEXT_WIDTH, generator=generator) * 0.2
-    state["model.mm_projector.2.bias"] = torch.zeros(TEXT_WIDTH)
+    state["model.mm_projector.0.weight"] = torch.randn(width, VISION_WIDTH, generator=generator) * 0.2
+    state["model.mm_projector.0.bias"] = torch.zeros(width)
+    state["model.mm_projector.2.weight"] = torch.randn(width, width, generator=generator) * 0.2
+    state["model.mm_projector.2.bias"] = torch.zeros(width)
     return {name: tensor.contiguous() for name, tensor in state.items() if "rotary_emb" not in name}
 
 
 def make_tiny_original_llava(
-    directory: str | Path, seed: int = 0, forks: bool = False, context_scale: float = 1.0, fork_strength: float = 1.1
+    directory: str | Path,
+    seed: int = 0,
+    forks: bool = False,
+    context_scale: float = 1.0,
+    fork_strength: float = 1.1,
+    width: int = TEXT_WIDTH,
+    layers: int = 2,
 ) -> Path:
     """Save a tiny LLaVA-1.5 in the original repository's layout: `directory/` (config, `pytorch_model.bin`,
     tokenizer) and its vision tower in `directory/vision_tower/` (named by `mm_vision_tower`, as an absolute path)."""
@@ -155,11 +162,11 @@ def make_tiny_original_llava(
     save_tokenizer(directory)
     save_vision_tower(directory / "vision_tower", seed)
     vocab = sentencepiece.SentencePieceProcessor(model_file=str(directory / "tokenizer.model"))
-    state = shaped_weights(vocab, seed, forks, context_scale, fork_strength)
+    state = shaped_weights(vocab, seed, forks, context_scale, fork_strength, width, layers)
     torch.save(state, directory / "pytorch_model.bin")
     config = {
         "architectures": ["LlavaLlamaForCausalLM"], "model_type": "llava", "_name_or_path": "tiny-llava-v1.5",
-        "hidden_size": TEXT_WIDTH, "intermediate_size": 2 * TEXT_WIDTH, "num_hidden_layers": 2,
+        "hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": layers,
         "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": vocab.get_piece_size(),
         "max_position_embeddings": 1024, "max_sequence_length": 1024, "rms_norm_eps": 1e-5, "hidden_act": "silu",
         "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
