@@ -10,6 +10,7 @@ over which FLEUR's greedy choice and smoothing run.
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -121,7 +122,9 @@ def convert_original(directory: Path, vision_tower: str | None):
         raise InputError(f"vision tower {tower!r} is neither a directory nor a Hub id: pass --vision-tower DIR")
     vision = CLIPVisionModel.from_pretrained(tower, dtype=torch.float32)
     image_processor = CLIPImageProcessorPil.from_pretrained(tower)
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    with warnings.catch_warnings():  # it reads config.json, whose `rope_scaling: null` transformers 5 warns on
+        warnings.simplefilter("ignore", FutureWarning)
+        tokenizer = AutoTokenizer.from_pretrained(directory)
     original_vocab = int(original["vocab_size"])
     tokenizer.add_tokens(["<image>"], special_tokens=True)
     tokenizer.add_special_tokens({"pad_token": "<pad>"})
