@@ -7,10 +7,9 @@ encoded once. Both stop at `</s>`. The judge is a random LLaVA-1.5 in the origin
 `convert-fleur`, whose language model is shaped to answer `0.85</s>` (`modeling_pacs.testing.fleur`); `--width` and
 `--layers` size it. The vision tower stays tiny: on a 13B judge the language model dominates.
 
-Examples:
-
-    python benchmarks/benchmark_fleur.py
-    python benchmarks/benchmark_fleur.py --width 1024 --layers 8 --images 8 --captions-per-image 4 --batch-size 16
+Measured (2-core CPU shared with other jobs, load average about 10, width 512, 4 layers, 24 captions on 6 images):
+the authors' loop 170.8 s, batched (batch 24) 19.0 s: 8.99x, scores equal (the shaped judge's digit probabilities
+saturate at this width, so the equality is a weak check; tests/fleur/test_parity.py checks the batching at 1e-4).
 """
 
 import argparse
@@ -21,6 +20,7 @@ from pathlib import Path
 import torch
 from benchmarking_utils import best_times, load_average
 
+from modeling_pacs.cli.arguments import add_example
 from modeling_pacs.fleur.convert import convert_llava
 from modeling_pacs.loading import load_model
 from modeling_pacs.testing.fleur import make_tiny_original_llava
@@ -30,14 +30,14 @@ CAPTIONS = ["a red circle", "a blue square on white", "a green triangle", "a dog
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("Examples:")[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--width", type=int, default=512, help="the language model's hidden size (default 512)")
     parser.add_argument("--layers", type=int, default=4, help="its decoder layers (default 4)")
     parser.add_argument("--images", type=int, default=6)
     parser.add_argument("--captions-per-image", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=24)
     parser.add_argument("--rounds", type=int, default=2)
+    add_example(parser, "python benchmarks/benchmark_fleur.py --width 1024 --layers 8 --batch-size 16")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     names = ("red_circle.png", "blue_square.png", "green_triangle.png")
