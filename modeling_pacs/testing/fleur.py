@@ -105,7 +105,12 @@ def piece_id(processor, piece: str) -> int:
 
 
 def shaped_weights(
-    vocab: "object", seed: int, forks: bool, context_scale: float, fork_strength: float, width: int = TEXT_WIDTH,
+    vocab: "object",
+    seed: int,
+    forks: bool,
+    context_scale: float,
+    fork_strength: float,
+    width: int = TEXT_WIDTH,
     layers: int = 2,
 ) -> dict[str, torch.Tensor]:
     """The language model's and projector's weights, in the original LLaVA names (`model.layers.0...`)."""
