@@ -151,6 +151,7 @@ def test_every_tiny_model_loads_scores_and_writes_its_declared_rows(variant, tmp
 OWN_PLACES = {
     "polos": ("modeling_pacs/polos/", "modeling_pacs/testing/polos", "modeling_pacs/encoders/"),
     "pearl": ("modeling_pacs/pearl/", "modeling_pacs/testing/pearl", "modeling_pacs/encoders/"),
+    "fleur": ("modeling_pacs/fleur/", "modeling_pacs/testing/fleur"),
 }
 # Outside its own places a metric may be named by the registry and the package's public exports only.
 ALLOWED_NAMERS = {"modeling_pacs/registry.py", "modeling_pacs/__init__.py"}
