@@ -185,7 +185,7 @@ def test_zero_items_give_nan_means(tiny_model):
 
 def single_images(image_path: Path):
     image = PIL.Image.open(image_path)
-    array = np.asarray(image.convert("RGB"))
+    array = np.array(image.convert("RGB"))
     return {
         "path": str(image_path), "Path": image_path, "bytes": image_path.read_bytes(), "PIL image": image,
         "datasets.Image dict": {"bytes": image_path.read_bytes(), "path": None}, "HxWxC array": array,
