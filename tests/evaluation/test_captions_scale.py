@@ -71,7 +71,7 @@ def corpus(tmp_path_factory) -> Path:
 def command_arguments(corpus: Path, job: Path, output: Path) -> list[str]:
     return ["evaluate-captions", "--results", str(corpus / "items.jsonl"), "--metrics", METRICS, "--output-dir",
             str(job), "--shard-size", str(SHARD_SIZE), "--output", str(output), "--no-progress",
-            "--device", "cpu"]  # fmt: skip
+            "--cpu"]  # fmt: skip
 
 
 def environment(shard_log: Path, **extra: str) -> dict:
