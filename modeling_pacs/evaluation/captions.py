@@ -411,6 +411,7 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", False) is None}
     if len(candidates) < 2:
         return None
+    share_identical_backbones(candidates)
     cache = EmbeddingCache(max_entries=max_entries)
     groups: dict[str, list[str]] = {}
     for name, model in candidates.items():
@@ -419,6 +420,30 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     for name in shared:
         models[name].embedding_cache = cache
     return cache if shared else None
+
+
+def share_identical_backbones(models: dict[str, Any]) -> None:
+    """Models whose backbones hold the very same weights (CLIP-S and PAC-S of one backbone, one checkpoint under two
+    names) keep one copy: the later ones read the first one's backbone (and its packed fast encoders), so their
+    memory is that of one model; their configs (`w`, prompt, names) stay their own."""
+    import torch
+
+    kept: list[Any] = []
+    for model in models.values():
+        if model.peft_model is not None or not hasattr(model, "clip"):
+            continue  # an unmerged adapter wraps the backbone's layers: left as it is
+        state = model.clip.state_dict()
+        for first in kept:
+            first_state = first.clip.state_dict()
+            if list(first_state) == list(state) and all(
+                first_state[name].dtype == tensor.dtype and first_state[name].shape == tensor.shape
+                and first_state[name].device == tensor.device and torch.equal(first_state[name], tensor)
+                for name, tensor in state.items()
+            ):  # fmt: skip
+                model.clip, model._fast_encoders = first.clip, first._fast_encoders
+                break
+        else:
+            kept.append(model)
 
 
 def detach_cache(models: dict[str, Any], cache: Any) -> None:
