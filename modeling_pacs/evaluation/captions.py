@@ -2,8 +2,11 @@
 
 The n-gram metrics (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE) are pycocoevalcap's own scorers on captions tokenised
 by its PTB tokenizer, so their numbers are the COCO caption evaluation's; the model metrics (PAC-S++, CLIP-S, Polos,
-Pearl, ...) are loaded once each and read every image decoded once. Each metric gets a reproducibility signature
-(`modeling_pacs/signatures.py`).
+Pearl, ...) are loaded once each and read every image decoded once; models with one image encoder (CLIP-S and PAC-S
+of one backbone) encode each image once between them. Each metric gets a reproducibility signature
+(`modeling_pacs/signatures.py`). With `output_dir`, the model metrics run on the job engine (`modeling_pacs/jobs.py`):
+sharded across `torchrun` processes, resumable after a kill, each item merged exactly once; the n-gram metrics,
+corpus-level, run once on the main process.
 
 Policies (nothing is dropped silently: `CaptionEvaluation.skipped` and the table's footer count every skipped row):
 
