@@ -42,7 +42,7 @@ metrics (--metrics, comma-separated; default {",".join(DEFAULT_METRICS)}):
 
 scale (as scripts/score_corpus.py): --output-dir DIR keeps the model metrics' per-item scores as shards of
 --shard-size items (the job engine, docs/concepts/job-engine.md); rerunning the same command resumes after a kill,
-finished shards kept. Under torchrun each process scores its own shards (CPU: --device cpu, gloo) and the first
+finished shards kept. Under torchrun each process scores its own shards (CPUs: --cpu, gloo) and the first
 merges them, each item once, runs the n-gram metrics and prints the table:
   torchrun --nproc_per_node 2 -m modeling_pacs.cli evaluate-captions --results r.json --annotations a.json
       --images val2014 --output-dir job/ --output report.json
@@ -97,6 +97,9 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         type=positive_int,
         default=SHARD_SIZE,
         help="items per shard of --output-dir (the unit of resumption; default %(default)s)",
+    )
+    parser.add_argument(
+        "--cpu", action="store_true", help="score on the CPU (--device cpu); torchrun's CPU processes join through gloo"
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--verbose", action="store_true", help="also show the libraries' own logs and warnings")
@@ -176,11 +179,11 @@ def run(args: argparse.Namespace):
             check_output_directory(args.output_dir, inputs=inputs_of(args), allow_existing=True)
         except ValueError as error:
             raise InputError(f"--output-dir: {error}") from None
-    processes, device = None, args.device
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun / accelerate launch: the processes meet through gloo
+    processes, device = None, "cpu" if args.cpu else args.device
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun / accelerate launch: the processes meet
         from ..jobs import launch_state
 
-        processes = launch_state(cpu=args.device == "cpu")
+        processes = launch_state(cpu=device == "cpu")  # CPUs: through gloo
         device = str(processes.device)
     items, notes = read_inputs(args)
     # load_model hides the libraries' loading chatter (modeling_pacs/logs.py; --verbose shows it)

@@ -2,8 +2,11 @@
 
 The n-gram metrics (BLEU-1..4, METEOR, ROUGE-L, CIDEr-D, SPICE) are pycocoevalcap's own scorers on captions tokenised
 by its PTB tokenizer, so their numbers are the COCO caption evaluation's; the model metrics (PAC-S++, CLIP-S, Polos,
-Pearl, ...) are loaded once each and read every image decoded once. Each metric gets a reproducibility signature
-(`modeling_pacs/signatures.py`).
+Pearl, ...) are loaded once each and read every image decoded once; models with one image encoder (CLIP-S and PAC-S
+of one backbone) encode each image once between them. Each metric gets a reproducibility signature
+(`modeling_pacs/signatures.py`). With `output_dir`, the model metrics run on the job engine (`modeling_pacs/jobs.py`):
+sharded across `torchrun` processes, resumable after a kill, each item merged exactly once; the n-gram metrics,
+corpus-level, run once on the main process.
 
 Policies (nothing is dropped silently: `CaptionEvaluation.skipped` and the table's footer count every skipped row):
 
@@ -411,6 +414,7 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", False) is None}
     if len(candidates) < 2:
         return None
+    share_identical_backbones(candidates)
     cache = EmbeddingCache(max_entries=max_entries)
     groups: dict[str, list[str]] = {}
     for name, model in candidates.items():
@@ -419,6 +423,30 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     for name in shared:
         models[name].embedding_cache = cache
     return cache if shared else None
+
+
+def share_identical_backbones(models: dict[str, Any]) -> None:
+    """Models whose backbones hold the very same weights (CLIP-S and PAC-S of one backbone, one checkpoint under two
+    names) keep one copy: the later ones read the first one's backbone (and its packed fast encoders), so their
+    memory is that of one model; their configs (`w`, prompt, names) stay their own."""
+    import torch
+
+    kept: list[Any] = []
+    for model in models.values():
+        if model.peft_model is not None or not hasattr(model, "clip"):
+            continue  # an unmerged adapter wraps the backbone's layers: left as it is
+        state = model.clip.state_dict()
+        for first in kept:
+            first_state = first.clip.state_dict()
+            if list(first_state) == list(state) and all(
+                first_state[name].dtype == tensor.dtype and first_state[name].shape == tensor.shape
+                and first_state[name].device == tensor.device and torch.equal(first_state[name], tensor)
+                for name, tensor in state.items()
+            ):  # fmt: skip
+                model.clip, model._fast_encoders = first.clip, first._fast_encoders
+                break
+        else:
+            kept.append(model)
 
 
 def detach_cache(models: dict[str, Any], cache: Any) -> None:

@@ -71,7 +71,7 @@ def corpus(tmp_path_factory) -> Path:
 def command_arguments(corpus: Path, job: Path, output: Path) -> list[str]:
     return ["evaluate-captions", "--results", str(corpus / "items.jsonl"), "--metrics", METRICS, "--output-dir",
             str(job), "--shard-size", str(SHARD_SIZE), "--output", str(output), "--no-progress",
-            "--device", "cpu"]  # fmt: skip
+            "--cpu"]  # fmt: skip
 
 
 def environment(shard_log: Path, **extra: str) -> dict:
@@ -80,12 +80,13 @@ def environment(shard_log: Path, **extra: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def one_process(corpus, tmp_path_factory) -> tuple[dict, str]:
+def one_process(corpus, tmp_path_factory) -> tuple[dict, str, Path]:
+    """The report, stdout and job folder of one process."""
     folder = tmp_path_factory.mktemp("one")
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         main(command_arguments(corpus, folder / "job", folder / "report.json"))
-    return json.loads((folder / "report.json").read_text()), stdout.getvalue()
+    return json.loads((folder / "report.json").read_text()), stdout.getvalue(), folder / "job"
 
 
 def assert_reports_match(actual: dict, expected: dict):
@@ -159,7 +160,7 @@ def test_a_killed_run_resumes_without_rescoring_or_losing_an_item(corpus, one_pr
 
 
 def test_items_without_references_get_empty_cells_counted_in_the_footer(corpus, one_process):
-    report, stdout = one_process
+    report, stdout, _ = one_process
     assert report["without_references"] == list(WITHOUT_REFERENCES)
     ngram_columns = ["CIDEr"] if JAVA else []
     for row, item in enumerate(report["items"]):
@@ -200,9 +201,10 @@ def test_models_sharing_an_image_encoder_encode_each_image_once(corpus, monkeypa
     monkeypatch.setattr(PACSModel, "image_batch_encoder", counting)
     items = [{"image_id": row, "image": str(corpus / "images" / f"{row:02d}.png"), "caption": f"a picture {row}",
               "references": ["a noisy gradient picture"]} for row in range(NUM_ITEMS)]  # fmt: skip
-    # tiny:clip_s and tiny:pac_s: one random backbone (other w, other names); tiny (PAC-S++): LoRA on its vision
-    together = evaluate_captions(items, ["tiny:clip_s", "tiny:pac_s", "tiny"], progress=False, device="cpu")
-    assert sum(encoded) == 2 * NUM_ITEMS  # once for CLIP-S and PAC-S together, once for PAC-S++
+    # tiny:clip_s and tiny:pac_s: one random backbone (other w, other names). A vision-side change is another
+    # encoder: tests/models/test_embedding_cache.py
+    together = evaluate_captions(items, ["tiny:clip_s", "tiny:pac_s"], progress=False, device="cpu")
+    assert sum(encoded) == NUM_ITEMS  # once for CLIP-S and PAC-S together
     for name in ("tiny:clip_s", "tiny:pac_s"):
         encoded.clear()
         alone = evaluate_captions(items, [name], progress=False, device="cpu")
@@ -213,3 +215,18 @@ def test_models_sharing_an_image_encoder_encode_each_image_once(corpus, monkeypa
             assert [item[column] for item in together.items] == pytest.approx(
                 [item[column] for item in alone.items], abs=1e-6
             )
+
+
+def test_a_job_folder_is_needed_by_several_processes_and_pins_the_run(corpus, one_process):
+    from types import SimpleNamespace
+
+    from modeling_pacs.errors import InputError, JobStateError
+
+    rows = [json.loads(line) for line in (corpus / "items.jsonl").read_text().splitlines()]
+    items = [{"image_id": row["image"], "image": str(corpus / row["image"]), "caption": row["caption"],
+              "references": row["references"]} for row in rows]  # fmt: skip
+    second = SimpleNamespace(process_index=1, num_processes=2, is_main_process=False, wait_for_everyone=lambda: None)
+    with pytest.raises(InputError, match=r"^2 processes share their work through a job folder: pass output_dir"):
+        evaluate_captions(items, ["tiny:clip_s"], processes=second)
+    with pytest.raises(JobStateError, match=r"holds shards of a different run \(metrics: .*tiny:polos.*-> .*\)"):
+        evaluate_captions(items, ["tiny:clip_s"], output_dir=one_process[2], shard_size=SHARD_SIZE, progress=False)
