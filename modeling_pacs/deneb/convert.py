@@ -32,7 +32,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
 from ..hub import save_remote_code_model
-from ..lightning_checkpoints import load_lightning_checkpoint, read_hparams
+from ..lightning_checkpoints import check_keys, load_lightning_checkpoint, read_hparams
 from ..models.configuration_deneb import DenebConfig
 from ..models.modeling_deneb import DenebModel
 from ..output_paths import check_output_directory, staged_directory
@@ -43,9 +43,9 @@ from ..pacs.convert import (
     expected_shapes,
     infer_geometry,
     layout_message,
+    shorten,
     to_transformers_state_dict,
 )
-from ..polos.convert import check_keys, shorten
 from ..tokenization import build_clip_tokenizer
 from .spec import CITATION
 

@@ -4,7 +4,7 @@ transformers, MLP head)."""
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig, RobertaConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .configuration_polos import ROBERTA_BASE
+from .sentence_mix import ROBERTA_BASE
 
 DENEB_MODES = ("per_item", "official")
 # Blocks of the head's input (docs/spec/deneb.md#head): the image Sim-Vec summary, the text Sim-Vec summary and the

@@ -3,9 +3,9 @@ pacs-pp engine.
 
 The whole model is in this file: CLIP features through the engine's CLIP pipelines (`PACSModel.encode_images` /
 `encode_texts`: open_clip's preprocessing for the authors' tag, prefix "In the image, ", raw unnormalised features),
-SimCSE RoBERTa sentence embeddings (the CLS position of a 13-layer ScalarMix, Polos's), the two Sim-Vec transformers
-over the image and all references at once, and the MLP head with sigmoid. The formulas are the pure functions of
-`scoring_deneb.py`; docs/spec/deneb.md cites the authors' code.
+SimCSE RoBERTa sentence embeddings (the CLS position of a 13-layer ScalarMix, `sentence_mix.py`), the two Sim-Vec
+transformers over the image and all references at once, and the MLP head with sigmoid. The formulas are the pure
+functions of `scoring_deneb.py`; docs/spec/deneb.md cites the authors' code.
 
 Batch dependence (docs/spec/deneb.md#batching). The authors' `predict` normalises RoBERTa states with statistics
 shared by a chunk of items, and cuts every item of a chunk to the chunk's smallest reference count. Two modes:
@@ -43,12 +43,14 @@ from .inputs import (
     untruncated_token_ids,
 )
 from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
-from .modeling_polos import CLIP_TOKENIZER_FOLDER, TEXT_TOKENIZER_FOLDER, PolosHead, PolosScalarMix
 from .scoring import mean_or_nan
 from .scoring_deneb import sim_vec_sequences, with_class_token
-from .scoring_polos import sentence_statistics
+from .sentence_mix import MLPHead, ScalarMix, sentence_statistics
 
 logger = logging.get_logger(__name__)
+
+CLIP_TOKENIZER_FOLDER = "clip_tokenizer"
+TEXT_TOKENIZER_FOLDER = "text_tokenizer"
 
 
 @dataclass
@@ -112,7 +114,7 @@ class DenebPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         # CLIP and RoBERTa are PreTrainedModels and initialise their own modules.
-        if isinstance(module, PolosScalarMix):
+        if isinstance(module, ScalarMix):
             init.zeros_(module.layer_weights)
             init.ones_(module.gamma)
         elif isinstance(module, DenebSequenceEncoder):
@@ -153,14 +155,14 @@ class DenebModel(DenebPreTrainedModel):
         self.clip_encoder = PACSModel(clip_config)
         self.clip_encoder.image_normalisation = (tuple(config.image_mean), tuple(config.image_std))
         self.text_encoder = RobertaModel(config.text_config, add_pooling_layer=False)
-        self.scalar_mix = PolosScalarMix(config.num_mixed_layers, config.scalar_mix_dropout)
+        self.scalar_mix = ScalarMix(config.num_mixed_layers, config.scalar_mix_dropout)
         # The authors' `upsampler` (CLIP pairs) and `upsampler2` (sentence pairs).
         self.clip_projection = nn.Linear(config.hidden_size, config.hidden_size)
         self.text_projection = nn.Linear(config.hidden_size, config.hidden_size)
         # The authors' `transformer` + `cls_token1` + `pos_encoder`, and `transformer2` + `cls_token2` + `pos_encoder2`.
         self.clip_sequence_encoder = DenebSequenceEncoder(config)
         self.text_sequence_encoder = DenebSequenceEncoder(config)
-        self.head = PolosHead(config.feature_size, config.hidden_sizes, config.dropout)
+        self.head = MLPHead(config.feature_size, config.hidden_sizes, config.dropout)
         self.text_tokenizer = None
         self.post_init()
 

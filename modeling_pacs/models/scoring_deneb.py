@@ -1,6 +1,6 @@
 """DENEB's formulas as pure tensor functions (docs/spec/deneb.md): the pair vectors, the sinusoidal positions and the
-two Sim-Vec sequences. The ScalarMix and the head are Polos's (`scoring_polos.scalar_mix_first_position`,
-`scoring_polos.polos_head`): the authors' `ScalarMixWithDropout` and `FeedForward` are the same code.
+two Sim-Vec sequences. The ScalarMix and the head are the shared `sentence_mix.py`'s: the authors'
+`ScalarMixWithDropout` and `FeedForward` are the COMET code that file implements.
 """
 
 import math

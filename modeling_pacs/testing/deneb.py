@@ -1,6 +1,6 @@
 """Tiny random DENEB models built offline (tests, smoke runs, benchmarks), and weights in the authors' checkpoint
 layout (`authors_state_dict`) for the converter's parity tests: real CLIP tokenizer, the tiny byte-level BPE RoBERTa
-tokenizer of `testing/polos.py`, random weights."""
+tokenizer of `testing/roberta.py`, random weights."""
 
 from pathlib import Path
 
@@ -11,7 +11,7 @@ from ..models.configuration_deneb import DenebConfig
 from ..models.modeling_deneb import DenebModel
 from ..tokenization import build_clip_tokenizer
 from .pacs import tiny_clip_config
-from .polos import build_tiny_roberta_tokenizer, tiny_roberta_config
+from .roberta import build_tiny_roberta_tokenizer, tiny_roberta_config
 
 TINY_MODEL_CARD = """---
 license: mit

@@ -13,7 +13,7 @@ from modeling_pacs.cli import main as pacs_pp_main
 from modeling_pacs.deneb.convert import convert_deneb_checkpoint
 from modeling_pacs.models.modeling_deneb import DenebModel
 from modeling_pacs.pacs.convert import CheckpointError
-from modeling_pacs.testing.polos import build_tiny_roberta_tokenizer, tiny_roberta_config
+from modeling_pacs.testing.roberta import build_tiny_roberta_tokenizer, tiny_roberta_config
 from tests.fixtures.helpers import random_image
 from tests.polos.test_convert import fake_lightning
 from tests.references.deneb_authors import CANDIDATES, NUM_IMAGES, REFERENCES, WIDTH, authors_state_dict

@@ -8,7 +8,7 @@ Two steps, two environments (the authors' code needs transformers 4.35 and Light
 python -m tests.references.deneb_authors prepare /tmp/deneb-work
 # 2. in a reference venv with pytorch-lightning==1.2.10, pytorch-nlp==0.5.0, open-clip-torch==2.24.0,
 #    transformers==4.35.0 (tokenizers 0.14, huggingface_hub 0.19), torchvision, tensorboard, absl-py
-python tests/references/deneb_authors.py record /tmp/deneb-work --authors-code DENEB_CHECKOUT \
+PYTHONPATH=DENEB_CHECKOUT python tests/references/deneb_authors.py record /tmp/deneb-work \
     --output tests/fixtures/deneb_parity.json
 ```
 
@@ -145,7 +145,7 @@ def prepare(work: Path):
     """The tiny RoBERTa (with pooler: the authors' `AutoModel`) and the images, from the package's test builders."""
     from transformers import RobertaModel
 
-    from modeling_pacs.testing.polos import build_tiny_roberta_tokenizer, tiny_roberta_config
+    from modeling_pacs.testing.roberta import build_tiny_roberta_tokenizer, tiny_roberta_config
     from tests.fixtures.helpers import random_image
 
     tokenizer = build_tiny_roberta_tokenizer()
@@ -195,9 +195,9 @@ def patch_environment():
     return open_clip
 
 
-def record(work: Path, authors_code: Path, output: Path):
+def record(work: Path, output: Path):
+    """Step 2; the authors' checkout must be on PYTHONPATH (their code imports `deneb.*` absolutely)."""
     patch_environment()
-    sys.path.insert(0, str(authors_code))
     import pytorch_lightning
     import yaml
     from deneb.models import load_checkpoint
@@ -304,4 +304,4 @@ if __name__ == "__main__":
         prepare(work)
     else:
         arguments = dict(zip(sys.argv[3::2], sys.argv[4::2]))
-        record(work, Path(arguments["--authors-code"]).resolve(), Path(arguments["--output"]).resolve())
+        record(work, Path(arguments["--output"]).resolve())
