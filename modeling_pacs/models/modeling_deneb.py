@@ -247,6 +247,18 @@ class DenebModel(DenebPreTrainedModel):
         group_tensor = torch.unique(torch.tensor(groups), return_inverse=True)[1].to(self.device)
         return self.scalar_mix.first_position(statistics, group_tensor).float()
 
+    def encode_sentences(self, token_ids: list[list[int]], batch_size: int) -> torch.Tensor:
+        """Per-item mode: each sentence's embedding with its own statistics, batched by length (padding does not
+        change a result)."""
+        embeds = torch.empty(len(token_ids), self.config.hidden_size)
+        order = sorted(range(len(token_ids)), key=lambda index: -len(token_ids[index]))
+        with torch.inference_mode():
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                ids = [token_ids[index] for index in batch]
+                embeds[batch] = self.sentence_embeddings(ids, list(range(len(batch)))).cpu()
+        return embeds
+
     def item_scores(
         self,
         image: torch.Tensor,
@@ -331,8 +343,11 @@ class DenebModel(DenebPreTrainedModel):
             for item, item_references in enumerate(references)
             for position in range(len(item_references))
         ]
-        token_ids = self.tokenize_sentences(unique_texts, [labels[position] for position in first_text])
-        token_ids = [token_ids[index] for index in text_index.tolist()]
+        unique_ids = self.tokenize_sentences(unique_texts, [labels[position] for position in first_text])
+        token_ids = [unique_ids[index] for index in text_index.tolist()]
+        if mode == "per_item":
+            # Each sentence is its own statistics group: one embedding per distinct text serves every item.
+            text_embeds = self.encode_sentences(unique_ids, text_batch_size)[text_index]
 
         starts = [0]
         for item_references in references:
@@ -363,10 +378,10 @@ class DenebModel(DenebPreTrainedModel):
                     num_candidates + starts[item] + index for index in range(count) for item in items
                 ]
                 if mode == "per_item":
-                    groups = list(range(len(positions)))
+                    sentence = text_embeds[positions]
                 else:
                     groups = [position // len(items) for position in range(len(positions))]
-                sentence = self.sentence_embeddings([token_ids[position] for position in positions], groups).cpu()
+                    sentence = self.sentence_embeddings([token_ids[position] for position in positions], groups).cpu()
                 candidate_text = sentence[: len(items)]
                 reference_text = sentence[len(items) :].view(count, len(items), -1).transpose(0, 1)
                 reference_rows = torch.tensor(
