@@ -34,7 +34,7 @@ def model_dir(tmp_path_factory):
 
 def make_trainer(model, rows, output_dir):
     settings = {"per_device_train_batch_size": 4, "per_device_eval_batch_size": 4, "learning_rate": 3e-3,
-                "max_steps": 4, "warmup_steps": 0, "eval_strategy": "no", "save_strategy": "no",
+                "max_steps": 2, "warmup_steps": 0, "eval_strategy": "no", "save_strategy": "no",
                 "load_best_model_at_end": False, "logging_steps": 1, "disable_tqdm": True, "use_cpu": True}  # fmt: skip
     args, _ = deneb_training_arguments(output_dir, **settings)
     return DenebTrainer(model=model, args=args, train_dataset=rows, data_collator=DenebCollator())

@@ -54,9 +54,6 @@ def test_per_item_scores_do_not_depend_on_the_batch(deneb, images, per_item):
     assert torch.all((per_item.scores > 0) & (per_item.scores < 1))
     one_by_one = deneb.score(images, CANDIDATES, REFERENCES, batch_size=1).scores
     torch.testing.assert_close(one_by_one, per_item.scores, atol=SCORE_TOLERANCE, rtol=0)
-    order = [3, 0, 4]
-    subset = deneb.score([images[i] for i in order], [CANDIDATES[i] for i in order], [REFERENCES[i] for i in order])
-    torch.testing.assert_close(subset.scores, per_item.scores[order], atol=SCORE_TOLERANCE, rtol=0)
     # Per item is the official mode's one-item chunk.
     official = deneb.score(images, CANDIDATES, REFERENCES, mode="official", batch_size=1).scores
     torch.testing.assert_close(official, per_item.scores, atol=SCORE_TOLERANCE, rtol=0)
