@@ -31,6 +31,8 @@ from transformers.utils import ModelOutput, logging
 from .artifacts import check_model_directory, explain_load_errors, warn_if_random_weights
 from .configuration_deneb import DENEB_MODES, DenebConfig
 from .configuration_pacs import PACSConfig
+from .fast_clip import FastEncoderSlot
+from .fast_roberta import FastRoberta
 from .inputs import (
     SHORTEN_FIX,
     ImageInput,
@@ -164,6 +166,9 @@ class DenebModel(DenebPreTrainedModel):
         self.text_sequence_encoder = DenebSequenceEncoder(config)
         self.head = MLPHead(config.feature_size, config.hidden_sizes, config.dropout)
         self.text_tokenizer = None
+        # On CPU in fp32, in eval mode without gradients, RoBERTa runs `fast_roberta` (same embeddings, less work).
+        self.fast_cpu_encoders = True
+        self._fast_text_encoder = FastEncoderSlot(FastRoberta.build)
         self.post_init()
 
     @property
@@ -228,6 +233,13 @@ class DenebModel(DenebPreTrainedModel):
                 )
         return ids
 
+    def fast_text_encoder(self) -> FastRoberta | None:
+        """`fast_roberta`'s encoder for the current weights, or None where it does not apply (`fast_cpu_encoders`
+        off, training mode, gradients enabled, not fp32 on CPU)."""
+        if not self.fast_cpu_encoders or self.text_encoder.training or torch.is_grad_enabled():
+            return None
+        return self._fast_text_encoder.get(self.text_encoder)
+
     def sentence_embeddings(self, token_ids: list[list[int]], groups: list[int]) -> torch.Tensor:
         """The mixed CLS embedding of each sentence; sentences of one group share the ScalarMix statistics, as one of
         the authors' RoBERTa calls normalises its whole batch together."""
@@ -237,13 +249,17 @@ class DenebModel(DenebPreTrainedModel):
         input_ids = torch.full((len(token_ids), max(lengths)), self.config.text_config.pad_token_id, dtype=torch.long)
         for row, ids in enumerate(token_ids):
             input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
-        outputs = self.text_encoder(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            output_hidden_states=True,
-        )
-        statistics = sentence_statistics(torch.stack(outputs.hidden_states), attention_mask.to(self.device))
+        fast = self.fast_text_encoder()
+        if fast is not None:
+            statistics = fast.statistics(input_ids, lengths)
+        else:
+            attention_mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
+            outputs = self.text_encoder(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                output_hidden_states=True,
+            )
+            statistics = sentence_statistics(torch.stack(outputs.hidden_states), attention_mask.to(self.device))
         group_tensor = torch.unique(torch.tensor(groups), return_inverse=True)[1].to(self.device)
         return self.scalar_mix.first_position(statistics, group_tensor).float()
 

@@ -54,6 +54,13 @@ def test_per_item_scores_do_not_depend_on_the_batch(deneb, images, per_item):
     assert torch.all((per_item.scores > 0) & (per_item.scores < 1))
     one_by_one = deneb.score(images, CANDIDATES, REFERENCES, batch_size=1).scores
     torch.testing.assert_close(one_by_one, per_item.scores, atol=SCORE_TOLERANCE, rtol=0)
+    # transformers' RoBERTa forward instead of the packed CPU path: the same scores.
+    deneb.fast_cpu_encoders = False
+    try:
+        plain = deneb.score(images, CANDIDATES, REFERENCES).scores
+    finally:
+        deneb.fast_cpu_encoders = True
+    torch.testing.assert_close(plain, per_item.scores, atol=SCORE_TOLERANCE, rtol=0)
     # Per item is the official mode's one-item chunk.
     official = deneb.score(images, CANDIDATES, REFERENCES, mode="official", batch_size=1).scores
     torch.testing.assert_close(official, per_item.scores, atol=SCORE_TOLERANCE, rtol=0)
