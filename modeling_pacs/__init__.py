@@ -1,11 +1,11 @@
-"""pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics (and Polos, Pearl) on transformers + PEFT.
+"""pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics (and Polos, Pearl, DENEB) on transformers + PEFT.
 
 The public API, imported lazily: `import modeling_pacs` is light, and reading a model's name (or calling
 `load_model`) registers every model of the package with the Auto classes (`auto_classes.py`). The models themselves
 are the remote code of `models/`; `registry.METRICS` holds one `MetricSpec` per metric (its classes, loader,
 converters, releases, capabilities and output fields); `loading.load_model` loads any model metric by alias, Hub id
-or directory; the folders beside (`pacs/`, `polos/`, `pearl/`, `captioning/`, `evaluation/`, `cli/`, ...) are the
-application, one job each (see the README's Layout section).
+or directory; the folders beside (`pacs/`, `polos/`, `pearl/`, `deneb/`, `captioning/`, `evaluation/`, `cli/`, ...)
+are the application, one job each (see the README's Layout section).
 """
 
 import importlib
@@ -24,6 +24,9 @@ _PUBLIC_NAMES = {
     "OutputField": ".metric_spec",
     "ScoringModel": ".metric_spec",
     "CorruptArtifactError": ".models.artifacts",
+    "DenebConfig": ".models.configuration_deneb",
+    "DenebModel": ".models.modeling_deneb",
+    "DenebScoreOutput": ".models.modeling_deneb",
     "PACSCaptionerConfig": ".models.configuration_captioner",
     "PACSConfig": ".models.configuration_pacs",
     "PearlConfig": ".models.configuration_pearl",
@@ -83,10 +86,12 @@ if TYPE_CHECKING:
     from .metric_spec import MetricSpec, OutputField, ScoringModel
     from .models.artifacts import CorruptArtifactError
     from .models.configuration_captioner import PACSCaptionerConfig
+    from .models.configuration_deneb import DenebConfig
     from .models.configuration_pacs import PACSConfig
     from .models.configuration_pearl import PearlConfig
     from .models.configuration_polos import PolosConfig
     from .models.modeling_captioner import PACSCaptionerForConditionalGeneration
+    from .models.modeling_deneb import DenebModel, DenebScoreOutput
     from .models.modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
     from .models.modeling_pearl import PearlModel, PearlOutput
     from .models.modeling_polos import PolosModel, PolosScoreOutput
@@ -115,6 +120,9 @@ __all__ = [
     "PolosMetric",
     "PolosScorer",
     "CorruptArtifactError",
+    "DenebConfig",
+    "DenebModel",
+    "DenebScoreOutput",
     "MetricSpec",
     "OutputField",
     "ResultColumn",

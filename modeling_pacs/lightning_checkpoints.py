@@ -14,7 +14,7 @@ import yaml
 
 from .input_paths import check_input_file
 from .models.artifacts import check_pickle_checkpoint
-from .pacs.convert import CheckpointError
+from .pacs.convert import CheckpointError, layout_message
 
 # Globals a Lightning 1.2 checkpoint names (callback states keyed by class), as (module, name).
 ALLOWED_LIGHTNING_GLOBALS = (
@@ -106,8 +106,22 @@ def read_hparams(checkpoint_path: Path, hparams_path: str | os.PathLike | None, 
     return dict(hparams)
 
 
+def check_keys(problem: str, actual: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]):
+    """Raise naming every missing, unexpected and mis-shaped key of one part of the checkpoint."""
+    missing = sorted(set(expected) - set(actual))
+    unexpected = sorted(set(actual) - set(expected))
+    wrong = [
+        f"{key} {tuple(actual[key].shape)} (expected {expected[key]})"
+        for key in sorted(set(actual) & set(expected))
+        if tuple(actual[key].shape) != tuple(expected[key])
+    ]
+    if missing or unexpected or wrong:
+        raise CheckpointError(layout_message(problem, missing, unexpected, wrong))
+
+
 __all__ = [
     "ALLOWED_LIGHTNING_GLOBALS",
+    "check_keys",
     "lightning_checkpoint_fix",
     "lightning_placeholders",
     "load_lightning_checkpoint",

@@ -20,6 +20,7 @@ True
 import difflib
 from typing import Any
 
+from .deneb.spec import DENEB
 from .errors import UnknownModelError
 from .fleur.spec import FLEUR
 from .metric_spec import MetricSpec, ReleasedVariant
@@ -29,7 +30,7 @@ from .pearl.spec import PEARL
 from .polos.spec import POLOS
 
 # model_type (or name, for metrics without a model) -> spec; the first entry is the default family.
-METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (PACS, POLOS, PEARL, FLEUR, *NGRAM_METRICS)}
+METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (PACS, POLOS, PEARL, DENEB, FLEUR, *NGRAM_METRICS)}
 MODEL_METRICS = {name: spec for name, spec in METRICS.items() if spec.capabilities.needs_model}
 # Model types of the package that are not metrics (they load through the Auto classes, not `load_model`).
 OTHER_MODEL_TYPES = ("pacs_captioner",)

@@ -149,14 +149,18 @@ def default_max_text_length(backbone_config: PreTrainedConfig) -> int:
     return backbone_config.text_config.max_position_embeddings
 
 
-def image_preprocessor(backbone_config: PreTrainedConfig) -> Callable[[ImageInput, int], torch.Tensor]:
-    """`preprocess(image, index) -> [3, H, W]` with the backbone's own image pipeline (see the module docstring)."""
+def image_preprocessor(
+    backbone_config: PreTrainedConfig, normalisation: tuple[tuple, tuple] | None = None
+) -> Callable[[ImageInput, int], torch.Tensor]:
+    """`preprocess(image, index) -> [3, H, W]` with the backbone's own image pipeline (see the module docstring);
+    `normalisation` = `(mean, std)` replaces the family's (OpenCLIP checkpoints trained on LAION use 0.5, 0.5)."""
     spec = backbone_spec(backbone_config)
+    mean, std = normalisation or (spec.image_mean, spec.image_std)
     size = backbone_config.vision_config.image_size
     if spec.center_crop:
-        return partial(load_and_preprocess, size=size)
+        return partial(load_and_preprocess, size=size, mean=tuple(mean), std=tuple(std))
     height, width = (size, size) if isinstance(size, int) else size
-    return partial(load_and_preprocess_squashed, height=height, width=width, mean=spec.image_mean, std=spec.image_std)
+    return partial(load_and_preprocess_squashed, height=height, width=width, mean=mean, std=std)
 
 
 def encode_text_batch(

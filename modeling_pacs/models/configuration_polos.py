@@ -3,21 +3,13 @@
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig, RobertaConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .sentence_mix import ROBERTA_BASE
+
 POLOS_MODES = ("per_item", "official")
 # Number of CLIP blocks in the feature vector (docs/spec/polos.md#features): v, c, |v-c|, v*c, |r-c|, r*c.
 CLIP_BLOCKS = 6
 # Number of text-encoder blocks in the feature vector: r, c, |c-r|, c*r.
 TEXT_BLOCKS = 4
-# `roberta-base` / `princeton-nlp/sup-simcse-roberta-base` where they differ from `RobertaConfig()`'s defaults.
-ROBERTA_BASE = {
-    "vocab_size": 50265,
-    "max_position_embeddings": 514,
-    "type_vocab_size": 1,
-    "layer_norm_eps": 1e-5,
-    "pad_token_id": 1,
-    "bos_token_id": 0,
-    "eos_token_id": 2,
-}
 
 
 class PolosConfig(PreTrainedConfig):

@@ -610,8 +610,14 @@ def load_image(
     )
 
 
-def preprocess_image(image: PIL.Image.Image, size: int) -> torch.Tensor:
-    """torchvision `Resize(size, BICUBIC)` + `CenterCrop(size)` + `ToTensor` + `Normalize` on an RGB PIL image."""
+def preprocess_image(
+    image: PIL.Image.Image,
+    size: int,
+    mean: tuple[float, float, float] = OPENAI_CLIP_MEAN,
+    std: tuple[float, float, float] = OPENAI_CLIP_STD,
+) -> torch.Tensor:
+    """torchvision `Resize(size, BICUBIC)` + `CenterCrop(size)` + `ToTensor` + `Normalize(mean, std)` on an RGB PIL
+    image (OpenAI's mean and std unless an OpenCLIP checkpoint was trained with others)."""
     width, height = image.size
     if width <= height:
         new_width, new_height = size, int(size * height / width)
@@ -623,7 +629,7 @@ def preprocess_image(image: PIL.Image.Image, size: int) -> torch.Tensor:
     left = int(round((new_width - size) / 2.0))
     image = image.crop((left, top, left + size, top + size))
     pixels = np.asarray(image, dtype=np.uint8)
-    table = normalisation_table()
+    table = normalisation_table(tuple(mean), tuple(std))
     normalised = np.empty((3, size, size), dtype=np.float32)
     for channel in range(3):
         np.take(table[channel], pixels[:, :, channel], out=normalised[channel])
@@ -631,7 +637,9 @@ def preprocess_image(image: PIL.Image.Image, size: int) -> torch.Tensor:
 
 
 @functools.cache
-def normalisation_table() -> np.ndarray:
+def normalisation_table(
+    mean: tuple[float, float, float] = OPENAI_CLIP_MEAN, std: tuple[float, float, float] = OPENAI_CLIP_STD
+) -> np.ndarray:
     """`[3, 256]` float32: `(value / 255 - mean) / std` per channel for every 8-bit value, computed with the same fp32
     operations as `ToTensor` + `Normalize`, so a lookup gives bit-identical pixels.
 
@@ -640,9 +648,7 @@ def normalisation_table() -> np.ndarray:
     decoding on a loaded 2-core machine.
     """
     levels = torch.arange(256, dtype=torch.uint8).float().div_(255)
-    mean = torch.tensor(OPENAI_CLIP_MEAN).view(3, 1)
-    std = torch.tensor(OPENAI_CLIP_STD).view(3, 1)
-    table = ((levels.view(1, 256) - mean) / std).numpy()
+    table = ((levels.view(1, 256) - torch.tensor(mean).view(3, 1)) / torch.tensor(std).view(3, 1)).numpy()
     table.flags.writeable = False
     return table
 
@@ -684,11 +690,17 @@ def prefetch_batches(
         yield [future.result() for future in pending.popleft()]
 
 
-def load_and_preprocess(image: ImageInput, index: int, size: int) -> torch.Tensor:
+def load_and_preprocess(
+    image: ImageInput,
+    index: int,
+    size: int,
+    mean: tuple[float, float, float] = OPENAI_CLIP_MEAN,
+    std: tuple[float, float, float] = OPENAI_CLIP_STD,
+) -> torch.Tensor:
     """Decode and preprocess one image into a `[3, size, size]` tensor."""
     decoded = load_image(image, index)
     check_aspect_ratio(decoded, index, describe_image(image))
-    return preprocess_image(decoded, size)
+    return preprocess_image(decoded, size, mean, std)
 
 
 def preprocess_image_squashed(

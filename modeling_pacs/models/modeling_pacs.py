@@ -251,6 +251,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         # CLIP towers on CPU in fp32 encode through `fast_clip` (same embeddings, less work); False: transformers'.
         self.fast_cpu_encoders = True
         self._fast_encoders = FastEncoderSlot()
+        # `(mean, std)` of the image pipeline when it is not the backbone family's (a metric built on an OpenCLIP
+        # LAION checkpoint sets (0.5, 0.5) as open_clip does for that tag); None: the family's.
+        self.image_normalisation = None
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -601,7 +604,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
                     [images[i] for i in missing], batch_size, progress, num_workers, [item_indices[i] for i in missing]
                 ),
             )
-        preprocess = image_preprocessor(self.config.backbone_config)
+        preprocess = image_preprocessor(self.config.backbone_config, self.image_normalisation)
         embeds = torch.empty(len(images), embedding_dim(self.config.backbone_config))
         num_workers = num_workers or min(8, os.cpu_count() or 1)
         starts = range(0, len(images), batch_size)

@@ -49,18 +49,15 @@ from .scoring import max_by_owner, mean_or_nan
 from .scoring_polos import (
     SentenceStatistics,
     polos_features,
-    polos_head,
-    scalar_mix,
-    scalar_mix_first_position,
     sentence_statistics,
 )
+from .sentence_mix import MLPHead as PolosHead
+from .sentence_mix import ScalarMix as PolosScalarMix
 
 logger = logging.get_logger(__name__)
 
 CLIP_TOKENIZER_FOLDER = "clip_tokenizer"
 TEXT_TOKENIZER_FOLDER = "text_tokenizer"
-# What a dropped ScalarMix layer weight becomes in training (the official `dropout_fill`).
-DROPPED_LAYER_WEIGHT = -1e20
 
 
 @dataclass
@@ -94,47 +91,6 @@ class PolosScoreOutput(ModelOutput):
     mode: str | None = None
     truncated_tokens: torch.LongTensor | None = None
     truncated_reference_tokens: torch.LongTensor | None = None
-
-
-class PolosScalarMix(nn.Module):
-    """The learned mix of the sentence encoder's hidden states (docs/spec/polos.md#scalarmix); the math is
-    `scoring_polos.scalar_mix`."""
-
-    def __init__(self, num_layers: int, dropout: float):
-        super().__init__()
-        self.layer_weights = nn.Parameter(torch.zeros(num_layers))
-        self.gamma = nn.Parameter(torch.ones(1))
-        self.dropout = dropout
-
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-        return scalar_mix(hidden_states, attention_mask, self.mixing_weights(), self.gamma[0], groups)
-
-    def first_position(self, statistics: SentenceStatistics, groups: torch.Tensor) -> torch.Tensor:
-        """`forward(...)[:, 0]` from the sentences' statistics (`scoring_polos.scalar_mix_first_position`)."""
-        return scalar_mix_first_position(statistics, self.mixing_weights(), self.gamma[0], groups)
-
-    def mixing_weights(self) -> torch.Tensor:
-        weights = self.layer_weights
-        if self.training and self.dropout:
-            # Each layer is dropped with probability `dropout`, afresh at every call (the official layer dropout).
-            dropped = torch.rand_like(weights) < self.dropout
-            weights = torch.where(dropped, torch.full_like(weights, DROPPED_LAYER_WEIGHT), weights)
-        return weights
-
-
-class PolosHead(nn.Module):
-    """Linear + Tanh + Dropout per hidden size, a last Linear to 1, sigmoid (docs/spec/polos.md#head)."""
-
-    def __init__(self, feature_size: int, hidden_sizes: list[int], dropout: float):
-        super().__init__()
-        sizes = [feature_size, *hidden_sizes, 1]
-        self.layers = nn.ModuleList(nn.Linear(inputs, outputs) for inputs, outputs in zip(sizes[:-1], sizes[1:]))
-        self.dropout = dropout
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        weights = [layer.weight for layer in self.layers]
-        biases = [layer.bias for layer in self.layers]
-        return polos_head(features, weights, biases, self.dropout, self.training)
 
 
 class PolosPreTrainedModel(PreTrainedModel):

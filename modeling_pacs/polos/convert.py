@@ -27,7 +27,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
 from ..hub import save_remote_code_model
-from ..lightning_checkpoints import load_lightning_checkpoint, read_hparams
+from ..lightning_checkpoints import check_keys, load_lightning_checkpoint, read_hparams
 from ..models.configuration_polos import PolosConfig
 from ..models.modeling_polos import PolosModel
 from ..output_paths import check_output_directory, staged_directory
@@ -149,19 +149,6 @@ def check_hparams(hparams: dict) -> dict:
 def shorten(keys: list[str]) -> str:
     shown = ", ".join(keys[:MAX_KEYS_SHOWN])
     return shown + (f", ... ({len(keys) - MAX_KEYS_SHOWN} more)" if len(keys) > MAX_KEYS_SHOWN else "")
-
-
-def check_keys(problem: str, actual: dict[str, torch.Tensor], expected: dict[str, tuple[int, ...]]):
-    """Raise naming every missing, unexpected and mis-shaped key of one part of the checkpoint."""
-    missing = sorted(set(expected) - set(actual))
-    unexpected = sorted(set(actual) - set(expected))
-    wrong = [
-        f"{key} {tuple(actual[key].shape)} (expected {expected[key]})"
-        for key in sorted(set(actual) & set(expected))
-        if tuple(actual[key].shape) != tuple(expected[key])
-    ]
-    if missing or unexpected or wrong:
-        raise CheckpointError(layout_message(problem, missing, unexpected, wrong))
 
 
 def split_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
