@@ -52,6 +52,7 @@ class OutputField:
     maximum_from: str | None = None  # a config attribute that bounds the score (`w` for Eq. 4)
     higher_is_better: bool = True
     kind: str = "score"  # "score": a float per item; "count": an integer per item (diagnostics)
+    summary: str = ""  # a count whose total the summary lines report, under these words ("unparsable answers")
 
     @classmethod
     def truncation(cls, description: str) -> "OutputField":

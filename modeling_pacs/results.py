@@ -83,6 +83,14 @@ def item_rows(columns: list[ResultColumn], by: str = "label") -> list[dict]:
     return [dict(zip(names, values)) for values in zip(*(column.values for column in columns), strict=True)]
 
 
+def summary_counts(columns: list[ResultColumn]) -> str:
+    """`"; unparsable answers (NaN, left out of the means): 2"`: the totals of the counts whose fields name a
+    `summary`, for a door's summary line; empty when the metric declares none."""
+    totals = [f"{column.field.summary}: {sum(value or 0 for value in column.values)}" for column in columns
+              if column.field.summary]  # fmt: skip
+    return "".join(f"; {total}" for total in totals)
+
+
 # ---------------------------------------------------------------------------------------------------- references policy
 @dataclass(frozen=True)
 class ScoredItems:
@@ -186,4 +194,5 @@ __all__ = [
     "score_columns",
     "score_items",
     "score_labels",
+    "summary_counts",
 ]

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingExtraError, PacsError, UnknownModelError
-from ..metric_spec import MetricSpec, resolve
+from ..metric_spec import MetricSpec, OutputField, resolve
 from ..registry import METRICS, RELEASES, model_choices, parse_tiny_alias, spec_for_model_type
 
 logger = logging.getLogger("pacs_pp")
@@ -370,6 +370,13 @@ def item_score(value: Any) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- model metrics
+def answered_mean(values: list[float]) -> float:
+    """The mean of a model metric's per-item scores over the items that have one (a judge's unparsable answer is
+    NaN, counted in the footer); NaN when none has."""
+    present = [value for value in values if not math.isnan(value)]
+    return math.fsum(present) / len(present) if present else math.nan
+
+
 def decode_images(images: list) -> list:
     """Each image decoded once: paths, bytes and datasets.Image dicts become loaded PIL images (in their file's mode,
     so each model converts them exactly as it converts a path); the same path or bytes gives the same object, which
@@ -423,7 +430,7 @@ def score_models(
     }  # fmt: skip
     per_item: dict[str, list] = {}
     labels: dict[str, str] = {}
-    kinds: dict[str, str] = {}
+    fields: dict[str, OutputField] = {}
     disable = None if progress is None else not progress
     bars = {name: tqdm(total=len(items), desc=name, unit="caption", disable=disable, position=position)
             for position, name in enumerate(models)}  # fmt: skip
@@ -439,7 +446,7 @@ def score_models(
                     key = f"{name}/{column.key}"
                     per_item.setdefault(key, []).extend(column.values)
                     labels[key] = column.label
-                    kinds[key] = column.field.kind
+                    fields[key] = column.field
                 bars[name].update(len(chunk))
     finally:
         for bar in bars.values():
@@ -448,7 +455,7 @@ def score_models(
         name: model_signature(model, name, references, long_captions=long_captions, dtype=dtype)
         for name, model in models.items()
     }
-    return per_item, labels, kinds, signatures
+    return per_item, labels, fields, signatures
 
 
 # ---------------------------------------------------------------------------------------------------- the call
@@ -522,13 +529,15 @@ def evaluate_captions(
         labels |= {column: column for column in ngram_corpus}
         signatures |= {entry.name: ngram_signature(entry.spec, references) for entry in ngrams}
     if models:
-        model_items, model_labels, kinds, model_signatures = score_models(
+        model_items, model_labels, fields, model_signatures = score_models(
             models, kept, references, device=device, dtype=dtype, batch_size=batch_size,
             long_captions=long_captions, progress=progress, chunk_size=chunk_size,
         )  # fmt: skip
         columns |= model_items
         labels |= model_labels
-        corpus |= {key: math.fsum(values) / len(values) for key, values in model_items.items() if kinds[key] == "score"}
+        corpus |= {key: answered_mean(values) for key, values in model_items.items() if fields[key].kind == "score"}
+        notes += [f"{key}: {fields[key].summary}: {sum(values)}" for key, values in model_items.items()
+                  if fields[key].summary]  # fmt: skip
         signatures |= model_signatures
     # columns and signatures in the order of `metrics`
     order = [

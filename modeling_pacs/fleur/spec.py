@@ -51,6 +51,7 @@ FLEUR = MetricSpec(
             minimum=0,
             higher_is_better=False,
             kind="count",
+            summary="unparsable answers (NaN, left out of the means)",
         ),
     ),  # fmt: skip
     citation=CITATION,

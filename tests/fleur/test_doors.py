@@ -1,0 +1,66 @@
+"""FLEUR through the doors: unparsable answers counted in `pacs-score`'s summary line and `evaluate-captions`'
+footer (read from the spec's `OutputField.summary`, nothing FLEUR-specific in the doors)."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from modeling_pacs.cli.score import score_main
+from modeling_pacs.evaluation.captions import answered_mean, evaluate_captions
+from modeling_pacs.metric_spec import OutputField
+from modeling_pacs.results import ResultColumn, summary_counts
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COUNTED = "unparsable answers (NaN, left out of the means)"
+
+
+@pytest.fixture(scope="module")
+def failing_judge(tmp_path_factory):
+    """The tiny judge cut to 5 new tokens: it prints `0.85` without the stop string, which the authors' parser
+    (the text without its last 4 characters) cannot read, so every answer fails."""
+    pytest.importorskip("sentencepiece")
+    from modeling_pacs.loading import load_model
+
+    source = Path(load_model("tiny:fleur").config._name_or_path)
+    directory = tmp_path_factory.mktemp("fleur") / "judge"
+    shutil.copytree(source, directory)
+    config = json.loads((directory / "config.json").read_text())
+    config["max_new_tokens"] = 5
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_pacs_score_counts_unparsable_answers_in_its_summary_line(failing_judge, tmp_path, capsys):
+    rows = [json.loads(line) for line in (REPO_ROOT / "examples" / "captions.jsonl").read_text().splitlines()]
+    del rows[2]["references"]  # 2 items with references (2 answers each), 1 without (1 answer)
+    (tmp_path / "captions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "images").symlink_to(REPO_ROOT / "examples" / "images")
+    score_main([str(tmp_path / "captions.jsonl"), "--model", str(failing_judge), "--no-progress"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"3 captions scored with {failing_judge}: mean FLEUR nan, RefFLEUR nan; {COUNTED}: 5"
+
+
+def test_evaluate_captions_counts_them_in_its_footer(failing_judge):
+    images = ["red_circle.png", "blue_square.png", "green_triangle.png"]
+    items = [{"image_id": name, "image": str(REPO_ROOT / "examples" / "images" / name), "caption": f"a shape {i}",
+              "references": [f"a figure {i}"]} for i, name in enumerate(images)]  # fmt: skip
+    evaluation = evaluate_captions(items, [str(failing_judge)], progress=False)
+    assert evaluation.footer().splitlines() == [
+        "3 items scored, 0 rows skipped",
+        f"{failing_judge}/failed_answers: {COUNTED}: 6",
+    ]
+    assert [item[f"{failing_judge}/failed_answers"] for item in evaluation.items] == [2, 2, 2]
+    assert math.isnan(evaluation.corpus[f"{failing_judge}/score"])
+
+
+def test_only_counts_that_declare_a_summary_are_reported():
+    truncation = OutputField.truncation("caption tokens past the encoder's context")
+    assert summary_counts([ResultColumn(truncation, "truncated_tokens", [3, 0], None)]) == ""
+    failed = OutputField("failed", "failed", "answers without a score", kind="count", summary="failed answers")
+    assert summary_counts([ResultColumn(failed, "failed", [1, None, 2], None)]) == "; failed answers: 3"
+    assert answered_mean([0.5, math.nan, 0.7]) == pytest.approx(0.6, abs=1e-12) and math.isnan(
+        answered_mean([math.nan])
+    )
