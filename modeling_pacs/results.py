@@ -83,12 +83,15 @@ def item_rows(columns: list[ResultColumn], by: str = "label") -> list[dict]:
     return [dict(zip(names, values)) for values in zip(*(column.values for column in columns), strict=True)]
 
 
+def count_totals_note(totals: dict[OutputField, int]) -> str:
+    """`"; unparsable answers (NaN, left out of the means): 2"` from `{field: total}`: the end of a summary line."""
+    return "".join(f"; {field.summary}: {total}" for field, total in totals.items())
+
+
 def summary_counts(columns: list[ResultColumn]) -> str:
-    """`"; unparsable answers (NaN, left out of the means): 2"`: the totals of the counts whose fields name a
-    `summary`, for a door's summary line; empty when the metric declares none."""
-    totals = [f"{column.field.summary}: {sum(value or 0 for value in column.values)}" for column in columns
-              if column.field.summary]  # fmt: skip
-    return "".join(f"; {total}" for total in totals)
+    """`count_totals_note` of the counts whose fields name a `summary` (empty when the metric declares none)."""
+    return count_totals_note({column.field: sum(value or 0 for value in column.values) for column in columns
+                              if column.field.summary})  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------- references policy
@@ -188,6 +191,7 @@ def score_items(
 __all__ = [
     "ResultColumn",
     "ScoredItems",
+    "count_totals_note",
     "item_rows",
     "references_note",
     "result_columns",
