@@ -24,16 +24,18 @@ def failing_judge(tmp_path_factory):
     pytest.importorskip("sentencepiece")
     from modeling_pacs.loading import load_model
 
-    source = Path(load_model("tiny:fleur").config._name_or_path)
+    judge = load_model("tiny:fleur")
+    source = Path(judge.config._name_or_path)
     directory = tmp_path_factory.mktemp("fleur") / "judge"
     shutil.copytree(source, directory)
     config = json.loads((directory / "config.json").read_text())
     config["max_new_tokens"] = 5
     (directory / "config.json").write_text(json.dumps(config))
-    return directory
+    return directory, judge
 
 
 def test_pacs_score_counts_unparsable_answers_in_its_summary_line(failing_judge, tmp_path, capsys):
+    failing_judge, _ = failing_judge
     rows = [json.loads(line) for line in (REPO_ROOT / "examples" / "captions.jsonl").read_text().splitlines()]
     del rows[2]["references"]  # 2 items with references (2 answers each), 1 without (1 answer)
     (tmp_path / "captions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -44,6 +46,7 @@ def test_pacs_score_counts_unparsable_answers_in_its_summary_line(failing_judge,
 
 
 def test_evaluate_captions_counts_them_in_its_footer(failing_judge):
+    failing_judge, _ = failing_judge
     images = ["red_circle.png", "blue_square.png", "green_triangle.png"]
     items = [{"image_id": name, "image": str(REPO_ROOT / "examples" / "images" / name), "caption": f"a shape {i}",
               "references": [f"a figure {i}"]} for i, name in enumerate(images)]  # fmt: skip
@@ -64,3 +67,17 @@ def test_only_counts_that_declare_a_summary_are_reported():
     assert answered_mean([0.5, math.nan, 0.7]) == pytest.approx(0.6, abs=1e-12) and math.isnan(
         answered_mean([math.nan])
     )
+
+
+def test_progress_bar_of_answers_with_the_time_left(failing_judge, capsys):
+    _, judge = failing_judge
+    images = [str(REPO_ROOT / "examples" / "images" / "red_circle.png")] * 3
+    judge.score(images, ["a", "b", "c"], references=[["x"]] * 3, progress=True, batch_size=2)
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    assert any(
+        line.startswith("judging captions: 100%") and "6/6 [" in line and "<" in line and "answer" in line
+        for line in bar
+    )
+    assert any("3/6 [" in line or "4/6 [" in line for line in bar)  # updated per batch, with elapsed<remaining
+    judge.score(images, ["a", "b", "c"])  # 3 answers: below the threshold, quiet by default
+    assert "judging captions" not in capsys.readouterr().err
