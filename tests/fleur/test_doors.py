@@ -4,6 +4,8 @@ footer (read from the spec's `OutputField.summary`, nothing FLEUR-specific in th
 import json
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,16 @@ def test_progress_bar_of_answers_with_the_time_left(failing_judge, capsys):
     assert any("3/6 [" in line or "4/6 [" in line for line in bar)  # updated per batch, with elapsed<remaining
     judge.score(images, ["a", "b", "c"])  # 3 answers: below the threshold, quiet by default
     assert "judging captions" not in capsys.readouterr().err
+
+
+def test_the_package_exports_the_judge_lazily():
+    import modeling_pacs
+    from modeling_pacs.models.configuration_fleur import FleurConfig
+    from modeling_pacs.models.modeling_fleur import FleurModel, FleurOutput
+
+    assert {"FleurConfig", "FleurModel", "FleurOutput"} <= set(modeling_pacs.__all__) & set(dir(modeling_pacs))
+    assert (modeling_pacs.FleurConfig, modeling_pacs.FleurModel) == (FleurConfig, FleurModel)
+    assert modeling_pacs.FleurOutput is FleurOutput
+    light = subprocess.run([sys.executable, "-c", "import sys, modeling_pacs; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, check=True, cwd=REPO_ROOT)  # fmt: skip
+    assert light.stdout.strip() == "False"  # `import modeling_pacs` stays light
