@@ -82,6 +82,8 @@ class Capabilities:
     score_options: tuple[str, ...] = ()
     needs_model: bool = True  # False for the n-gram metrics (pycocoevalcap scorers)
     external: tuple[str, ...] = ()  # programs it runs besides Python ("java" for METEOR, SPICE, PTB tokenisation)
+    # why the Space refuses this metric's models, the operator's `--model` too (empty: it serves them)
+    not_in_space: str = ""
 
     @property
     def needs_references(self) -> bool:

@@ -174,7 +174,8 @@ def score_items(
                 if column.field is field:
                     for index, value in zip(indices, column.values, strict=True):
                         values[index] = value
-        present = [value for value in values if value is not None]
+        # NaN (a judge's answer that gave no score) is left out, as the models' own means leave it out
+        present = [value for value in values if value is not None and not math.isnan(value)]
         mean = math.fsum(present) / len(present) if field.kind == "score" and present else None
         columns.append(ResultColumn(field, field.label_for(model.config), values, mean))
     truncation = {}

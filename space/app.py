@@ -37,6 +37,7 @@ import PIL.Image
 from modeling_pacs import PACSModel, results
 from modeling_pacs.extras import require
 from modeling_pacs.loading import load_model
+from modeling_pacs.model_sources import spec_for_model_name
 from modeling_pacs.models.inputs import ImageInputError, load_image
 from modeling_pacs.registry import SPACE_CHOICES, spec_of, tiny_alias
 
@@ -211,6 +212,13 @@ class ModelCache:
                 f"model '{shown(label)}' is neither one of {sorted(self.choices)} nor an existing local model "
                 "directory: pick an entry of the list or type the path of a PAC-S++ model directory",
                 title="Unknown model",
+            )
+        spec = spec_for_model_name(str(Path(choice).expanduser()))
+        if spec is not None and spec.capabilities.not_in_space:
+            raise gr.Error(
+                f"'{shown(label)}' is a {spec.display_name} model, which this app does not serve: "
+                f"{spec.capabilities.not_in_space}",
+                title="Not served here",
             )
         pac_s = self.load_or_explain(str(Path(choice).expanduser()), label)
         # A model names the CLIP it was trained from (`base_model_id`, Polos' `clip_model_id`); one naming none

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from modeling_pacs.cli import score_corpus
+from modeling_pacs.cli.score import score_main
 from tests.cli.test_score_corpus import free_port, read_scores, script_environment
 from tests.fixtures.helpers import assert_rows_match
 from tests.fixtures.processes import kill_after_first_shard
@@ -17,6 +18,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "score_corpus.py"
 FIXTURE = json.loads((REPO_ROOT / "tests" / "fixtures" / "fleur_original.json").read_text())
 SCORES = ("FLEUR", "RefFLEUR")
+COUNTED = "unparsable answers (NaN, left out of the means)"
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,11 @@ def test_one_process_keeps_failed_answers_null_and_counted(corpus, capsys):
     assert summary["num_failed"] == {"FLEUR": 2, "RefFLEUR": 1} and summary["totals"] == {"failed_answers": 3}
     assert summary["num_without_references"] == 2  # rows 4 and 5, whatever their FLEUR answers
     assert summary["mean"]["FLEUR"] == pytest.approx(sum(filter(None, expected)) / 4, abs=1e-4)
+    # pacs-score on the same rows (with and without references: two calls) gives the same means and count
+    score_main([str(root / "corpus.jsonl"), "--model", str(root / "judge"), "--no-progress"])
+    means = ", ".join(f"{name} {summary['mean'][name]:.4f}" for name in SCORES)
+    expected_line = f"6 captions scored with {root / 'judge'}: mean {means}; {COUNTED}: 3"
+    assert capsys.readouterr().out.splitlines()[0] == expected_line
 
 
 def test_two_gloo_processes_equal_one_process(corpus):

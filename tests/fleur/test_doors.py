@@ -85,6 +85,37 @@ def test_progress_bar_of_answers_with_the_time_left(failing_judge, capsys):
     assert "judging captions" not in capsys.readouterr().err
 
 
+def test_the_benchmark_harness_scores_with_the_judge_and_names_failed_answers(failing_judge, tmp_path):
+    """`tiny:fleur` through `pacs-pp evaluate-benchmarks`: the rows' Kendall taus equal scipy's on the judge's own
+    scores; a judge whose answers give no score stops the benchmark with the items named, not a JSON error."""
+    import scipy.stats
+
+    from modeling_pacs.cli import evaluate_benchmarks
+    from modeling_pacs.evaluation import load_benchmark
+    from tests.fixtures.benchmark_files import write_crowdflower_json
+
+    failing_directory, judge = failing_judge
+    pool = ["a red dog runs", "a small cat sits", "a red bird sits", "a small dog runs"]
+    data = write_crowdflower_json(tmp_path / "cf", images=2, captions_per_image=3, seed=0, pool=pool)
+    results = evaluate_benchmarks.main(["--benchmark", "flickr8k_cf", "--data-dir", str(data), "--model", "tiny:fleur",
+                                        "--output-dir", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    items = load_benchmark("flickr8k_cf", data).items
+    output = judge.score([item["image"] for item in items], [item["candidate"] for item in items],
+                         [item["references"] for item in items])  # fmt: skip
+    human = [item["human"] for item in items]
+    rows = results["benchmarks"]["flickr8k_cf"]["rows"]
+    assert [row["column"] for row in rows] == ["score", "ref_score"]
+    for row, scores in zip(rows, (output.scores, output.ref_scores), strict=True):
+        expected = 100 * scipy.stats.kendalltau(scores.tolist(), human, variant="c")[0]
+        assert row["statistics"]["kendall_tau_c"] == pytest.approx(expected, abs=1e-4, nan_ok=True)
+    failing = ["--benchmark", "flickr8k_cf", "--data-dir", data, "--model", failing_directory, "--output-dir",
+               tmp_path / "failed", "--quiet"]  # fmt: skip
+    with pytest.raises(SystemExit, match=r"score of item '.*' is nan \(and 5 more item\(s\)\): scores must be finite"):
+        evaluate_benchmarks.main([str(argument) for argument in failing])
+    cached = (tmp_path / "failed" / "cache" / "flickr8k_cf").rglob("shard-*.jsonl")
+    assert all(json.loads(line)["score"] is None for path in cached for line in path.read_text().splitlines())
+
+
 def test_the_package_exports_the_judge_lazily():
     import modeling_pacs
     from modeling_pacs.models.configuration_fleur import FleurConfig
