@@ -174,9 +174,12 @@ def score_items(
                 if column.field is field:
                     for index, value in zip(indices, column.values, strict=True):
                         values[index] = value
-        # NaN (a judge's answer that gave no score) is left out, as the models' own means leave it out
-        present = [value for value in values if value is not None and not math.isnan(value)]
-        mean = math.fsum(present) / len(present) if field.kind == "score" and present else None
+        present = [value for value in values if value is not None]
+        # NaN (a judge's answer that gave no score) is left out, as the models' own means leave it out: NaN if all are
+        answered = [value for value in present if not math.isnan(value)]
+        mean = None
+        if field.kind == "score" and present:
+            mean = math.fsum(answered) / len(answered) if answered else math.nan
         columns.append(ResultColumn(field, field.label_for(model.config), values, mean))
     truncation = {}
     for name in ("truncated_tokens", "truncated_reference_tokens"):

@@ -80,7 +80,6 @@ def test_progress_bar_of_answers_with_the_time_left(failing_judge, capsys):
         line.startswith("judging captions: 100%") and "6/6 [" in line and "<" in line and "answer" in line
         for line in bar
     )
-    assert any("3/6 [" in line or "4/6 [" in line for line in bar)  # updated per batch, with elapsed<remaining
     judge.score(images, ["a", "b", "c"])  # 3 answers: below the threshold, quiet by default
     assert "judging captions" not in capsys.readouterr().err
 
