@@ -1,4 +1,4 @@
-"""pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics (and Polos, Pearl, DENEB) on transformers + PEFT.
+"""pacs-pp: PAC-S++, CLIP-S and PAC-S captioning metrics (and Polos, Pearl, DENEB, FLEUR) on transformers + PEFT.
 
 The public API, imported lazily: `import modeling_pacs` is light, and reading a model's name (or calling
 `load_model`) registers every model of the package with the Auto classes (`auto_classes.py`). The models themselves
@@ -28,10 +28,13 @@ _PUBLIC_NAMES = {
     "DenebModel": ".models.modeling_deneb",
     "DenebScoreOutput": ".models.modeling_deneb",
     "PACSCaptionerConfig": ".models.configuration_captioner",
+    "FleurConfig": ".models.configuration_fleur",
     "PACSConfig": ".models.configuration_pacs",
     "PearlConfig": ".models.configuration_pearl",
     "PolosConfig": ".models.configuration_polos",
     "PACSCaptionerForConditionalGeneration": ".models.modeling_captioner",
+    "FleurModel": ".models.modeling_fleur",
+    "FleurOutput": ".models.modeling_fleur",
     "PACSModel": ".models.modeling_pacs",
     "PACSScoreOutput": ".models.modeling_pacs",
     "PACSTextFeatures": ".models.modeling_pacs",
@@ -87,11 +90,13 @@ if TYPE_CHECKING:
     from .models.artifacts import CorruptArtifactError
     from .models.configuration_captioner import PACSCaptionerConfig
     from .models.configuration_deneb import DenebConfig
+    from .models.configuration_fleur import FleurConfig
     from .models.configuration_pacs import PACSConfig
     from .models.configuration_pearl import PearlConfig
     from .models.configuration_polos import PolosConfig
     from .models.modeling_captioner import PACSCaptionerForConditionalGeneration
     from .models.modeling_deneb import DenebModel, DenebScoreOutput
+    from .models.modeling_fleur import FleurModel, FleurOutput
     from .models.modeling_pacs import PACSModel, PACSScoreOutput, PACSTextFeatures
     from .models.modeling_pearl import PearlModel, PearlOutput
     from .models.modeling_polos import PolosModel, PolosScoreOutput
@@ -123,6 +128,9 @@ __all__ = [
     "DenebConfig",
     "DenebModel",
     "DenebScoreOutput",
+    "FleurConfig",
+    "FleurModel",
+    "FleurOutput",
     "MetricSpec",
     "OutputField",
     "ResultColumn",

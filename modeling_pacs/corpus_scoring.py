@@ -17,6 +17,8 @@ class CorpusError(InputError):
     """A corpus row that cannot be scored; the message names the row (the CLI exits with it)."""
 
 
+# The shard rows' list of the scores that an answer could not give (written null): the merge counts them, and drops it.
+FAILED_SCORES_KEY = "_failed_scores"
 # Rows read from the input at a time; independent of the shard size, so reading never holds more than this.
 READ_BLOCK_ROWS = 4096
 
@@ -191,19 +193,35 @@ def parse_references(value, row: int, source: Path | None = None) -> list[str]:
 
 
 def merge_shards(
-    job: ShardedJob, num_rows: int, model_name: str, score_names: tuple, with_references: bool = False
+    job: ShardedJob,
+    num_rows: int,
+    model_name: str,
+    score_names: tuple,
+    with_references: bool = False,
+    counted: tuple = (),
 ) -> dict:
     """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums). A null
-    score (a row without references) is left out of its mean; `with_references` adds the count of such rows."""
+    score (a row without references, or an answer that gave no score: `FAILED_SCORES_KEY`) is left out of its mean;
+    `with_references` adds the count of rows without references; `counted` names count columns (a judge's
+    `failed_answers`) whose totals go in `totals`, and the null scores of failed answers in `num_failed`."""
     sums = dict.fromkeys(score_names, 0.0)
     counts = dict.fromkeys(score_names, 0)
+    totals = dict.fromkeys(counted, 0)
+    failed_scores = dict.fromkeys(score_names, 0)
     truncated = without_references = 0
 
     def merged_lines() -> Iterator[str]:
         nonlocal truncated, without_references
         for result in job.merged_rows(num_rows, job.read_jsonl_shard):
+            failed = result.pop(FAILED_SCORES_KEY, [])
+            for name in failed:
+                failed_scores[name] += 1
+            for name in counted:
+                totals[name] += result.get(name) or 0
             truncated += (result.get("truncated_tokens") or 0) > 0
-            without_references += any(name in result and result[name] is None for name in score_names)
+            without_references += any(
+                name in result and result[name] is None and name not in failed for name in score_names
+            )
             for name in score_names:
                 if result.get(name) is not None:
                     sums[name] += result[name]
@@ -221,6 +239,9 @@ def merge_shards(
     }
     if with_references:
         summary["num_without_references"] = without_references  # their reference-based scores are null
+    if counted:
+        summary["totals"] = totals
+        summary["num_failed"] = failed_scores  # per score, the rows whose answer gave none (null)
     write_text_atomically(job.output_dir / "summary.json", [json.dumps(summary, indent=2) + "\n"])
     job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
     return summary
@@ -228,6 +249,7 @@ def merge_shards(
 
 __all__ = [
     "CorpusError",
+    "FAILED_SCORES_KEY",
     "READ_BLOCK_ROWS",
     "csv_rows",
     "name_item_row",

@@ -52,6 +52,7 @@ class OutputField:
     maximum_from: str | None = None  # a config attribute that bounds the score (`w` for Eq. 4)
     higher_is_better: bool = True
     kind: str = "score"  # "score": a float per item; "count": an integer per item (diagnostics)
+    summary: str = ""  # a count whose total the summary lines report, under these words ("unparsable answers")
 
     @classmethod
     def truncation(cls, description: str) -> "OutputField":
@@ -81,6 +82,8 @@ class Capabilities:
     score_options: tuple[str, ...] = ()
     needs_model: bool = True  # False for the n-gram metrics (pycocoevalcap scorers)
     external: tuple[str, ...] = ()  # programs it runs besides Python ("java" for METEOR, SPICE, PTB tokenisation)
+    # why the Space refuses this metric's models, the operator's `--model` too (empty: it serves them)
+    not_in_space: str = ""
 
     @property
     def needs_references(self) -> bool:

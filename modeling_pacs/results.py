@@ -83,6 +83,17 @@ def item_rows(columns: list[ResultColumn], by: str = "label") -> list[dict]:
     return [dict(zip(names, values)) for values in zip(*(column.values for column in columns), strict=True)]
 
 
+def count_totals_note(totals: dict[OutputField, int]) -> str:
+    """`"; unparsable answers (NaN, left out of the means): 2"` from `{field: total}`: the end of a summary line."""
+    return "".join(f"; {field.summary}: {total}" for field, total in totals.items())
+
+
+def summary_counts(columns: list[ResultColumn]) -> str:
+    """`count_totals_note` of the counts whose fields name a `summary` (empty when the metric declares none)."""
+    return count_totals_note({column.field: sum(value or 0 for value in column.values) for column in columns
+                              if column.field.summary})  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------- references policy
 @dataclass(frozen=True)
 class ScoredItems:
@@ -164,7 +175,11 @@ def score_items(
                     for index, value in zip(indices, column.values, strict=True):
                         values[index] = value
         present = [value for value in values if value is not None]
-        mean = math.fsum(present) / len(present) if field.kind == "score" and present else None
+        # NaN (a judge's answer that gave no score) is left out, as the models' own means leave it out: NaN if all are
+        answered = [value for value in present if not math.isnan(value)]
+        mean = None
+        if field.kind == "score" and present:
+            mean = math.fsum(answered) / len(answered) if answered else math.nan
         columns.append(ResultColumn(field, field.label_for(model.config), values, mean))
     truncation = {}
     for name in ("truncated_tokens", "truncated_reference_tokens"):
@@ -180,10 +195,12 @@ def score_items(
 __all__ = [
     "ResultColumn",
     "ScoredItems",
+    "count_totals_note",
     "item_rows",
     "references_note",
     "result_columns",
     "score_columns",
     "score_items",
     "score_labels",
+    "summary_counts",
 ]

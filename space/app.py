@@ -40,6 +40,7 @@ from modeling_pacs.errors import InputError
 from modeling_pacs.evaluation.captions import evaluate_captions, java_available
 from modeling_pacs.extras import require
 from modeling_pacs.loading import load_model
+from modeling_pacs.model_sources import spec_for_model_name
 from modeling_pacs.models.inputs import ImageInputError, load_image
 from modeling_pacs.registry import (
     METRICS,
@@ -254,6 +255,13 @@ class ModelCache:
             lock = self.model_locks.setdefault(name, threading.Lock())
         with lock:
             if name not in self.models:
+                spec = spec_for_model_name(name)
+                if spec is not None and spec.capabilities.not_in_space:
+                    raise gr.Error(
+                        f"'{shown(choice)}' is a {spec.display_name} model, which this app does not serve: "
+                        f"{spec.capabilities.not_in_space}",
+                        title="Not served here",
+                    )
                 self.models[name] = self.load_or_explain(name, choice)
             return self.models[name]
 

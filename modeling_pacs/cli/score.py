@@ -12,7 +12,7 @@ from ..logs import setup_command_logging
 from ..model_sources import check_model_source, spec_for_model_name
 from ..output_paths import check_output_file
 from ..registry import DEFAULT_MODEL, PRETRAINED_MODELS, TINY_ALIASES
-from ..results import score_items
+from ..results import score_items, summary_counts
 from .arguments import (
     add_device_arguments,
     add_example,
@@ -153,7 +153,7 @@ def run_score(args: argparse.Namespace) -> dict:
         write_text_atomically(args.output, [text])
     summary = ", ".join(f"{name} {value:.4f}" for name, value in means.items() if value is not None)
     weight = f" (w={model.config.w})" if getattr(model.config, "w", None) is not None else ""
-    print(f"{len(items)} captions scored with {args.model}{weight}: mean {summary}")
+    print(f"{len(items)} captions scored with {args.model}{weight}: mean {summary}{summary_counts(scored.columns)}")
     if scored.note():
         print(f"{scored.note()} (means over the items that have them)")
     if args.output:

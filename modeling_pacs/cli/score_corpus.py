@@ -24,6 +24,7 @@ Variants:
 
 import argparse
 import logging
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -32,6 +33,7 @@ from pathlib import Path
 from modeling_pacs.caption_files import check_input_file, check_utf8, resolve_image
 from modeling_pacs.cli.arguments import add_long_captions_argument, add_verbose_argument, long_captions_options
 from modeling_pacs.corpus_scoring import (
+    FAILED_SCORES_KEY,
     csv_rows,
     dataset_blocks,
     jsonl_blocks,
@@ -57,7 +59,7 @@ from modeling_pacs.jobs import (
 from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.output_paths import check_output_directory
 from modeling_pacs.registry import DEFAULT_MODEL, PRETRAINED_MODELS, spec_of
-from modeling_pacs.results import item_rows, references_note, score_items, score_labels
+from modeling_pacs.results import count_totals_note, item_rows, references_note, score_items, score_labels
 
 from .arguments import add_example
 from .errors import reports_errors
@@ -152,6 +154,9 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
     results = []
     for offset, (row, values) in enumerate(zip(rows, item_rows(scored.columns), strict=True)):
         result = {"row": first_row + offset} | values
+        failed = [name for name, value in values.items() if isinstance(value, float) and math.isnan(value)]
+        if failed:  # a judge's unparsable answer: null in JSON, named for the merge's counts (`FAILED_SCORES_KEY`)
+            result |= dict.fromkeys(failed) | {FAILED_SCORES_KEY: failed}
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
     return results
@@ -275,9 +280,14 @@ def run(args: argparse.Namespace) -> dict | None:
     state.wait_for_everyone()
     if not state.is_main_process:
         return None
-    summary = merge_shards(job, reader.num_rows, args.model, score_labels(model), bool(args.references_column))
+    counted = [field for field in spec_of(model).outputs if field.summary]
+    summary = merge_shards(
+        job, reader.num_rows, args.model, score_labels(model), bool(args.references_column),
+        counted=tuple(field.label_for(model.config) for field in counted),
+    )  # fmt: skip
     means = ", ".join(f"{name} {value:.4f}" for name, value in summary["mean"].items())
-    print(f"{summary['num_items']} captions scored with {args.model}: mean {means}")
+    totals = count_totals_note({field: summary["totals"][field.label_for(model.config)] for field in counted})
+    print(f"{summary['num_items']} captions scored with {args.model}: mean {means}{totals}")
     if summary.get("num_without_references"):
         empty = [field.label_for(model.config) for field in spec_of(model).outputs if field.needs_references]
         note = references_note(summary["num_without_references"], summary["num_items"], empty, "row", "null")

@@ -154,7 +154,13 @@ def scores_for(items: list[dict], scores: dict[str, float]) -> list[float]:
         if value is None:
             raise ValueError(f"no score for item '{item['id']}': the scores must cover every item of the benchmark")
         if not math.isfinite(value):
-            raise ValueError(f"score of item '{item['id']}' is {value}: scores must be finite numbers")
+            others = sum(1 for other in items if not math.isfinite(scores.get(other["id"]) or 0.0)) - 1
+            raise ValueError(
+                f"score of item '{item['id']}' is {value}"
+                + (f" (and {others} more item(s))" if others else "")
+                + ": scores must be finite numbers (an LLM judge scores NaN where its answer gives no number: its "
+                "statistics need an answer for every item)"
+            )
         values.append(float(value))
     return values
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, MissingExtraError, PacsError, UnknownModelError
-from ..metric_spec import MetricSpec, resolve
+from ..metric_spec import MetricSpec, OutputField, resolve
 from ..registry import METRICS, RELEASES, model_choices, parse_tiny_alias, spec_for_model_type
 from ..results import references_note
 
@@ -374,6 +374,13 @@ def item_score(value: Any) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- model metrics
+def answered_mean(values: list[float]) -> float:
+    """The mean of a model metric's per-item scores over the items that have one (a judge's unparsable answer is
+    NaN, counted in the footer); NaN when none has."""
+    present = [value for value in values if not math.isnan(value)]
+    return math.fsum(present) / len(present) if present else math.nan
+
+
 def decode_images(images: list) -> list:
     """Each image decoded once: paths, bytes and datasets.Image dicts become loaded PIL images (in their file's mode,
     so each model converts them exactly as it converts a path); the same path or bytes gives the same object, which
@@ -541,8 +548,8 @@ def score_models(
     shard_size: int = SHARD_SIZE,
     processes: Any = None,
 ) -> tuple[dict, dict, dict, dict] | None:
-    """Per-item columns, labels, kinds and signatures of the model metrics: each model loaded once, each chunk of
-    items' images decoded once and read by every model.
+    """Per-item columns, labels, output fields and signatures of the model metrics: each model loaded once, each chunk
+    of items' images decoded once and read by every model.
 
     With `output_dir`, the items are the job engine's shards (`modeling_pacs.jobs.ShardedJob`): each process of
     `processes` scores its own, every finished shard is kept (a rerun resumes), and the main process merges them,
@@ -614,19 +621,19 @@ def score_models(
         detach_cache(models, cache)
     per_item: dict[str, list] = {}
     labels: dict[str, str] = {}
-    kinds: dict[str, str] = {}
+    fields: dict[str, OutputField] = {}
     for name, model in models.items():
         for output_field in spec_of(model).outputs:
             key = f"{name}/{output_field.key}"
             if any(key in row for row in rows):  # a reference-based field without references is left out
                 per_item[key] = [row.get(key) for row in rows]
                 labels[key] = output_field.label_for(model.config)
-                kinds[key] = output_field.kind
+                fields[key] = output_field
     signatures = {
         name: model_signature(model, name, references, long_captions=long_captions, dtype=dtype)
         for name, model in models.items()
     }
-    return per_item, labels, kinds, signatures
+    return per_item, labels, fields, signatures
 
 
 # ---------------------------------------------------------------------------------------------------- the call
@@ -731,10 +738,12 @@ def evaluate_captions(
         )  # fmt: skip
         if scored is None:
             return None
-        model_items, model_labels, model_kinds, model_signatures = scored
+        model_items, model_labels, fields, model_signatures = scored
         columns |= model_items
         labels |= model_labels
-        kinds |= model_kinds
+        kinds |= {key: output_field.kind for key, output_field in fields.items()}
+        notes += [f"{key}: {fields[key].summary}: {sum(value for value in values if value is not None)}"
+                  for key, values in model_items.items() if fields[key].summary]  # fmt: skip
         signatures |= model_signatures
     if not is_main:
         return None
@@ -743,7 +752,7 @@ def evaluate_captions(
     for key, values in columns.items():
         present = [value for value in values if value is not None]
         if key not in corpus and kinds[key] == "score" and present:
-            corpus[key] = math.fsum(present) / len(present)  # the mean over the items that have a value
+            corpus[key] = answered_mean(present)  # the mean over the items that have a value (NaN: a failed answer)
     # columns and signatures in the order of `metrics`
     order = [
         column

@@ -115,8 +115,13 @@ def score_image_items(
             )
             # the score columns by key (`score`, and `ref_score` where the metric has a reference-free score too)
             values = item_rows(score_columns(result_columns(model, output)), by="key")
+            # a judge's answer that gave no score (NaN) is null in JSON, NaN again when read back
             rows = [
-                {"row": first + offset, "id": item["id"]} | item_values
+                {"row": first + offset, "id": item["id"]}
+                | {
+                    key: None if isinstance(value, float) and math.isnan(value) else value
+                    for key, value in item_values.items()
+                }
                 for offset, (item, item_values) in enumerate(zip(chunk, values, strict=True))
             ]
             if job is not None:
@@ -131,7 +136,7 @@ def score_image_items(
     for row in all_rows:
         for column in SCORE_COLUMNS:
             if column in row:
-                scores[column][row["id"]] = row[column]
+                scores[column][row["id"]] = math.nan if row[column] is None else row[column]
     if job is not None:
         job.remove_temporaries()  # left by a process killed mid-write; every writer has finished by now
     return {column: values for column, values in scores.items() if values}, counts

@@ -22,6 +22,9 @@ FLEUR = MetricSpec(
         reference_based=True,
         dtypes=("fp32", "fp16", "bf16"),
         score_options=("explain", "batch_size", "progress"),
+        # no released variant either, so no selector entry: a 13B judge is not a demo-server model
+        not_in_space="a LLaVA-1.5-13B judge needs a GPU with about 26 GB and seconds per caption; score with "
+        "pacs-score --model DIR or the library (docs/guides/fleur.md)",
     ),
     outputs=(
         OutputField(
@@ -51,6 +54,7 @@ FLEUR = MetricSpec(
             minimum=0,
             higher_is_better=False,
             kind="count",
+            summary="unparsable answers (NaN, left out of the means)",
         ),
     ),  # fmt: skip
     citation=CITATION,

@@ -33,12 +33,16 @@ from transformers import (
     PreTrainedModel,
 )
 from transformers.utils import ModelOutput
+from transformers.utils import logging as transformers_logging
 
 from .configuration_fleur import FleurConfig
 from .inputs import check_captions, check_media_count, check_references, image_key, load_image
 from .scoring_fleur import FAILURES, score_answer
 
 logger = logging.getLogger(__name__)
+
+# Above this many answers in one call a progress bar is shown unless `progress=False` (a 13B answer takes seconds).
+PROGRESS_THRESHOLD = 32
 
 
 def expand2square(image: Image.Image, background: tuple[int, ...]) -> Image.Image:
@@ -228,10 +232,11 @@ class FleurModel(PreTrainedModel):
     @torch.no_grad()
     def generate_answers(
         self, prompts: list[list[int]], image_index: list[int], image_features: torch.Tensor, max_new_tokens: int,
-        batch_size: int,
+        batch_size: int, progress: bool | None = False, description: str = "judging captions",
     ) -> list[tuple[list[int], list[torch.Tensor]]]:  # fmt: skip
         """Greedy answers to `prompts` (ids with one `-1` where image `image_index[i]`'s features go): for each, the
-        generated ids up to and including `</s>` and the logits of each step over the original vocabulary."""
+        generated ids up to and including `</s>` and the logits of each step over the original vocabulary.
+        `progress`: a bar of answers with their rate and the time left (None: above `PROGRESS_THRESHOLD` answers)."""
         embed = self.llava.get_input_embeddings()
         device = embed.weight.device
         vocabulary = min(self.config.original_vocab_size, self.llava.config.text_config.vocab_size)
@@ -239,6 +244,8 @@ class FleurModel(PreTrainedModel):
         order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths share a batch
         results: list = [None] * len(prompts)
         slots = self.image_token_count
+        show = progress if progress is not None else len(prompts) > PROGRESS_THRESHOLD
+        bar = transformers_logging.tqdm(total=len(prompts), desc=description, unit="answer", disable=not show)
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
             lengths = [len(prompts[i]) - 1 + slots for i in batch]
@@ -266,6 +273,8 @@ class FleurModel(PreTrainedModel):
                     generated = generated[: generated.index(eos) + 1]
                 logits = [output.logits[step][row, :vocabulary].float() for step in range(len(generated))]
                 results[index] = (generated, logits)
+            bar.update(len(batch))
+        bar.close()
         return results
 
     # ------------------------------------------------------------------------------------------------ scoring
@@ -286,13 +295,14 @@ class FleurModel(PreTrainedModel):
         references: Sequence[Sequence[str]] | None = None,
         explain: bool = False,
         batch_size: int = 8,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> FleurOutput:
         """FLEUR for each (image, candidate), RefFLEUR too when `references` are given, and the judge's reasons with
         `explain=True` (a second turn, "Why? Tell me the reason.", after the smoothed score, as fleur_exp.py asks).
 
         Empty captions are refused; an answer that prints no usable number scores NaN (`outcomes` says why) and is
-        counted in `failed_answers` and `num_failed`, with one warning for the call.
+        counted in `failed_answers` and `num_failed`, with one warning for the call. `progress`: a bar of the
+        judge's answers with the time left (None: when a call asks for more than `PROGRESS_THRESHOLD` answers).
         """
         if self.tokenizer is None or self.image_processor is None:
             raise ValueError(
@@ -340,7 +350,9 @@ class FleurModel(PreTrainedModel):
         features = self.encode_images(unique, batch_size)
         all_prompts = [ids for group, _ in requests for ids in group]
         all_images = [index for _, group in requests for index in group]
-        answers = self.generate_answers(all_prompts, all_images, features, self.config.max_new_tokens, batch_size)
+        answers = self.generate_answers(
+            all_prompts, all_images, features, self.config.max_new_tokens, batch_size, progress
+        )
         digits = self.digit_tokens
         results = []
         for generated, logits in answers:
@@ -372,12 +384,12 @@ class FleurModel(PreTrainedModel):
                 ", ".join(f"item {i}" for i in torch.nonzero(failed).flatten().tolist()[:5]),
             )
         if explain:
-            output.explanations = self.explain(scores, instructions, image_index, features, batch_size)
+            output.explanations = self.explain(scores, instructions, image_index, features, batch_size, progress)
         return output
 
     def explain(
         self, scores: torch.Tensor, instructions: list[str], image_index: list[int], features: torch.Tensor,
-        batch_size: int,
+        batch_size: int, progress: bool | None = False,
     ) -> list[str | None]:  # fmt: skip
         """fleur_exp.py:181-190: the conversation goes on with the smoothed score as the judge's answer
         (`str(score.item()) + '</s>'`) and "Why? Tell me the reason."; None for an item without a score."""
@@ -386,7 +398,7 @@ class FleurModel(PreTrainedModel):
         self.check_prompt_lengths(prompts, "the explanation turn")
         answers = self.generate_answers(
             prompts, [image_index[index] for index in wanted], features, self.config.explanation_max_new_tokens,
-            batch_size,
+            batch_size, progress, "explaining scores",
         )  # fmt: skip
         explanations: list[str | None] = [None] * len(scores)
         for index, (generated, _) in zip(wanted, answers, strict=True):

@@ -1112,3 +1112,24 @@ def test_truncated_captions_of_polos_and_pearl_are_noted_with_their_fix(app, mod
     ) in summary
     short = app.score_request(app.ScoreRequest(image, ["a red circle"], ["a circle"]), models)
     assert "truncated" not in app.summary_text(short, models, random_weights=True)
+
+
+@pytest.mark.parametrize("model_type", ["fleur", "llava"])
+def test_llm_judges_are_not_served_even_as_the_operators_model(app, tmp_path, model_type):
+    """FLEUR (a FLEUR directory, or transformers' LLaVA it wraps) has no selector entry, and a typed path or the
+    operator's `--model` is refused before anything loads, with the reason from its spec (`not_in_space`)."""
+    from modeling_pacs.registry import METRICS
+
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    (judge / "config.json").write_text(json.dumps({"model_type": model_type}))  # nothing else: nothing may load
+    reason = METRICS["fleur"].capabilities.not_in_space
+    assert reason.startswith("a LLaVA-1.5-13B judge needs a GPU") and not any(
+        "FLEUR" in label for label in app.HUB_CHOICES
+    )
+    served = app.ModelCache(app.TINY_CHOICES, local_model=str(judge), allow_typed_paths=False)
+    typed = app.ModelCache(app.TINY_CHOICES, local_model=None, allow_typed_paths=True)
+    for cache, entry, label in ((served, served.local_entry, served.local_entry), (typed, str(judge), str(judge))):
+        with pytest.raises(app.gr.Error) as raised:
+            cache.get(entry)
+        assert raised.value.message == f"'{app.shown(label)}' is a FLEUR model, which this app does not serve: {reason}"
