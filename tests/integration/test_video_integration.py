@@ -149,5 +149,8 @@ def test_evaluate_module_video_errors(metric, videos, image_folder, tmp_path):
         metric.compute(predictions=["a"], videos=[tmp_path / "nothing.mp4"])
     with pytest.raises(ValueError, match="num_frames must be a positive integer or None"):
         metric.compute(predictions=["a"], videos=[paths[0]], num_frames=0)
+    for single in (paths[0], str(paths[0])):  # the single-item rule (docs/concepts/bad-input.md)
+        with pytest.raises(TypeError, match=r"videos must be a list with one video per candidate, got a single video"):
+            metric.compute(predictions=["a"], videos=single)
     with pytest.raises(ValueError, match=r"unexpected options \['num_frames'\]: .* apply to videos= only"):
         metric.compute(predictions=["a"], images=[image_folder[0]], num_frames=3)
