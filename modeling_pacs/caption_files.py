@@ -202,7 +202,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     if not items:
         raise ValueError(f"{input_path} holds no captions: nothing to score")
     for row, item in enumerate(items):
-        where = f"item {row} (line {lines[row]})" if lines else f"item {row}"
+        where = f"row {row} (line {lines[row]})" if lines else f"row {row}"
         if "image" not in item and "video" in item:
             item["image"] = item.pop("video")
         missing = [column for column in ("image", "caption") if column not in item]

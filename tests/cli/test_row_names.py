@@ -107,7 +107,7 @@ def test_caption_files_name_an_items_line(tmp_path):
     path.write_text('{"image": "a.png", "caption": "a cat"}\n\n{"image": "b.png"}\n')
     with pytest.raises(ValueError) as raised:
         read_items(path, tmp_path)
-    assert str(raised.value) == f"{path}: item 1 (line 3) lacks ['caption'] (each item needs 'image' and 'caption')"
+    assert str(raised.value) == f"{path}: row 1 (line 3) lacks ['caption'] (each item needs 'image' and 'caption')"
 
 
 def test_rated_benchmark_csv_names_the_row_and_line(tmp_path):
