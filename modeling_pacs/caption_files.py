@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import input_paths
 from .csv_output import csv_text
-from .errors import InputError
+from .errors import InputError, name_item, with_message
 from .models.media import is_url
 from .output_paths import strict_json
 
@@ -202,7 +202,7 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
     if not items:
         raise ValueError(f"{input_path} holds no captions: nothing to score")
     for row, item in enumerate(items):
-        where = f"item {row} (line {lines[row]})" if lines else f"item {row}"
+        where = f"row {row} (line {lines[row]})" if lines else f"row {row}"
         if "image" not in item and "video" in item:
             item["image"] = item.pop("video")
         missing = [column for column in ("image", "caption") if column not in item]
@@ -212,6 +212,75 @@ def read_items(input_path: Path, image_root: Path) -> list[dict]:
             raise ValueError(f"{input_path}: {where}: the image is {item['image']!r}: expected a path string")
         item["image_path"] = resolve_image(item["image"], image_root)
     return items
+
+
+def row_lines(path: Path, rows: set[int]) -> dict[int, int]:
+    """The line of `path` (1-based) where each of `rows` (0-based input rows, as the readers count them) starts: for
+    JSON lines, blank lines are not rows; for CSV, line 1 is the header, a quoted cell may span lines, and an empty line
+    is not a row (`csv.DictReader`). Read again on an error only, so scoring keeps no line numbers."""
+    found: dict[int, int] = {}
+    if not rows:
+        return found
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        if path.suffix.lower() == ".csv":
+            for row, (line, _) in enumerate(csv_records(handle)):
+                if row in rows:
+                    found[row] = line
+                if row >= max(rows):
+                    break
+        else:
+            row = 0
+            for line_number, line in enumerate(handle, start=1):
+                if line.strip():
+                    if row in rows:
+                        found[row] = line_number
+                    row += 1
+                    if row > max(rows):
+                        break
+    return found
+
+
+def json_entry(path: Path, row: int) -> str | None:
+    """Where row `row` (0-based, as `read_items` counts them) of a JSON mapping `{image: caption | [captions]}` sits:
+    `["cat.png"]`, or `["cat.png"][1]` for the second caption of a list; None when the file has no such row."""
+    mapping = load_json_file(path)
+    for image, value in mapping.items() if isinstance(mapping, dict) else ():
+        count = len(value) if isinstance(value, list) else 1
+        if row < count:
+            key = f"[{json.dumps(image, ensure_ascii=False)}]"
+            return f"{key}[{row}]" if isinstance(value, list) else key
+        row -= count
+    return None
+
+
+def name_row(source: Path, row: int) -> str:
+    """`row 1234 (line 1236 of corpus.csv)`: an input row (0-based) and, for a text file, the line it starts on (CSV:
+    the header is line 1; JSON lines: blank lines are no rows); for a JSON mapping, its key and list index,
+    `row 3 (captions.json["cat.png"][1])`. A parquet file or a dataset has rows only."""
+    suffix = source.suffix.lower() if source.is_file() else None
+    if suffix in (".jsonl", ".csv"):
+        line = row_lines(source, {row}).get(row)
+        if line is not None:
+            return f"row {row} (line {line} of {source.name})"
+    elif suffix == ".json":
+        entry = json_entry(source, row)
+        if entry is not None:
+            return f"row {row} ({source.name}{entry})"
+    return f"row {row}"
+
+
+@contextmanager
+def rows_named(source: Path):
+    """Inside, an error about item i of a call on the rows of `source` (in order) names row i and where it is in the
+    file (`name_row`): `image 3 ('a.png') does not exist` -> `row 3 (line 5 of captions.csv): image ('a.png') does not
+    exist`. Other errors pass unchanged."""
+    try:
+        yield
+    except (OSError, ValueError, TypeError) as error:
+        message = name_item(str(error), lambda row: name_row(source, row))
+        if message is None:
+            raise
+        raise with_message(error, message) from error
 
 
 def attach_references(items: list[dict], references_path: Path, image_root: Path):
@@ -271,10 +340,14 @@ __all__ = [
     "csv_records",
     "csv_row_of_line",
     "format_results",
+    "json_entry",
     "load_json_file",
+    "name_row",
     "not_utf8_error",
     "read_items",
     "read_json_lines",
     "resolve_image",
+    "row_lines",
+    "rows_named",
     "utf8_errors",
 ]

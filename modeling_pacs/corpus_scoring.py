@@ -4,12 +4,11 @@ blocks for the job engine, reference cells, and the exactly-once merge of finish
 
 import csv
 import json
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .caption_files import csv_records, utf8_errors
-from .errors import InputError
+from .caption_files import name_row, row_lines, utf8_errors
+from .errors import InputError, name_item
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
 
@@ -76,58 +75,11 @@ def csv_rows(path: Path) -> Iterator[dict]:
         yield from csv.DictReader(handle)
 
 
-def row_lines(path: Path, rows: set[int]) -> dict[int, int]:
-    """The line of `path` (1-based) where each of `rows` (0-based input rows, as the readers above count them) starts:
-    for JSON lines, blank lines are not rows; for CSV, line 1 is the header, a quoted cell may span lines, and an empty
-    line is not a row (`csv.DictReader`). Read again on an error only, so scoring keeps no line numbers."""
-    found: dict[int, int] = {}
-    if not rows:
-        return found
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        if path.suffix.lower() == ".csv":
-            for row, (line, _) in enumerate(csv_records(handle)):
-                if row in rows:
-                    found[row] = line
-                if row >= max(rows):
-                    break
-        else:
-            row = 0
-            for line_number, line in enumerate(handle, start=1):
-                if line.strip():
-                    if row in rows:
-                        found[row] = line_number
-                    row += 1
-                    if row > max(rows):
-                        break
-    return found
-
-
-def name_row(source: Path, row: int) -> str:
-    """`row 1234 (line 1236 of corpus.csv)`: an input row (0-based) and, for a text file, the line it starts on; a
-    parquet file or a dataset has rows only."""
-    if source.is_file() and source.suffix.lower() in (".jsonl", ".csv"):
-        line = row_lines(source, {row}).get(row)
-        if line is not None:
-            return f"row {row} (line {line} of {source.name})"
-    return f"row {row}"
-
-
-# The core names an item by its index in the call: "image 3 (...)", "caption 3", "video 3", "item 3", "... of item 3".
-ITEM_INDEX = re.compile(r"^(image|video|caption|item) (\d+)\b|\bof item (\d+)\b")
-
-
 def name_item_row(message: str, source: Path, first_row: int) -> str | None:
     """The core's error about item i of a call whose items are the input rows from `first_row` on, naming the input
     row instead: `image 34 ('a.png') does not exist` -> `row 1234 (line 1236 of corpus.csv): image ('a.png') does not
     exist`. None when the message names no item."""
-    match = ITEM_INDEX.search(message)
-    if match is None:
-        return None
-    if match.group(1):  # "image 34 ..." at the start
-        index, text = int(match.group(2)), match.group(1) + message[match.end() :]
-    else:  # "reference 2 of item 34 ..."
-        index, text = int(match.group(3)), message[: match.start()].rstrip() + message[match.end() :]
-    return f"{name_row(source, first_row + index)}: {text}"
+    return name_item(message, lambda index: name_row(source, first_row + index))
 
 
 def parquet_blocks(path: Path, columns: list[str]) -> Iterator[RowBlock]:

@@ -9,6 +9,7 @@ The rules (docs/concepts/bad-input.md, "Outputs never destroy inputs or unrelate
 - a file output has a suffix the command knows how to write.
 """
 
+import errno
 import json
 import math
 import os
@@ -107,8 +108,13 @@ def check_output_file(
     suffixes: Iterable[str] = (),
     what: str = "output file",
 ) -> Path:
-    """Refuse a file output that is one of the inputs, a folder, or has a suffix the command cannot write."""
+    """Refuse a file output that is one of the inputs, a folder, under a file (its folder could never be made: an
+    `OSError` naming the path, as the write would raise, but before any work), or has a suffix the command cannot
+    write."""
     target = _resolved(path)
+    folder = next(parent for parent in target.parents if parent.exists())
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(path))
     for source in filter(None, inputs):
         if _resolved(source) == target:
             raise OutputPathError(f"{what} '{path}' is also an input: writing it would destroy the input")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, renumber_item, with_message
 from .metric_spec import MetricSpec, OutputField
 from .registry import spec_of
 
@@ -152,16 +152,23 @@ def score_items(
             "any: give at least one reference per item"
         )
     parts = []  # (item indices, columns, output) of each call
+
+    def score_part(indices: list[int], part_references: list | None):
+        try:
+            return score(
+                [images[i] for i in indices], [candidates[i] for i in indices], references=part_references, **options
+            )
+        except (OSError, ValueError, TypeError) as error:  # the core's "image i" is item indices[i] of this call
+            message = renumber_item(str(error), indices)
+            if message is None:
+                raise
+            raise with_message(error, message) from error
+
     if with_references:
-        output = score(
-            [images[i] for i in with_references],
-            [candidates[i] for i in with_references],
-            references=[references[i] for i in with_references],
-            **options,
-        )
+        output = score_part(with_references, [references[i] for i in with_references])
         parts.append((with_references, result_columns(model, output, spec), output))
     if spec.capabilities.reference_free:
-        output = score([images[i] for i in without], [candidates[i] for i in without], references=None, **options)
+        output = score_part(list(without), None)
         parts.append((list(without), result_columns(model, output, spec), output))
     columns = []
     for field in spec.outputs:

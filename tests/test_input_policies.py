@@ -193,17 +193,51 @@ def single_images(image_path: Path):
     }  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def polos_and_pearl():
+    return {"Polos": load_model("tiny:polos"), "Pearl": load_model("tiny:pearl")}
+
+
+def single_videos(image_path: Path, image):
+    frames = np.stack([np.asarray(image)] * 3)  # (T, H, W, C)
+    return {
+        "path": str(image_path.parent), "Path": image_path.parent, "(T, H, W, C) array": frames,
+        "(T, C, H, W) tensor": torch.from_numpy(frames).permute(0, 3, 1, 2), "(T, D) embeddings": torch.ones(3, 32),
+        "3-D array": frames[..., 0], "PIL image": image, "bytes": image_path.read_bytes(),
+    }  # fmt: skip
+
+
+SINGLE_IMAGE = r"images must be a list with one image per candidate, got a single image \(.*\): wrap it in a list"
+SINGLE_VIDEO = r"videos must be a list with one video per candidate, got a single video \(.*\): wrap it in a list"
+
+
 @policy("single-item")
-def test_a_single_caption_or_image_is_refused_everywhere(tiny_model, image, tmp_path):
+def test_a_single_caption_or_image_is_refused_everywhere(tiny_model, polos_and_pearl, image, tmp_path):
     image.save(tmp_path / "one.png")
-    with pytest.raises(TypeError, match="got a single string: wrap it in a list"):
-        tiny_model.score([tmp_path / "one.png"], "a dog")
-    for single in single_images(tmp_path / "one.png").values():
-        with pytest.raises(TypeError, match=r"images must be a list with one image per candidate, got a single image "
-                                            r"\(.*\): wrap it in a list"):  # fmt: skip
-            tiny_model.score(single, ["a dog"])
+    for model in (tiny_model, *polos_and_pearl.values()):  # PAC-S++ (and CLIP-S, PAC-S: one class), Polos, Pearl
+        with pytest.raises(TypeError, match="got a single string: wrap it in a list"):
+            model.score([tmp_path / "one.png"], "a dog", [["a puppy"]])
+        for single in single_images(tmp_path / "one.png").values():
+            with pytest.raises(TypeError, match=SINGLE_IMAGE):
+                model.score(single, ["a dog"], [["a puppy"]])
     batch = torch.from_numpy(np.stack([np.asarray(image)] * 2)).permute(0, 3, 1, 2)  # 4-D: one image per candidate
-    assert_scores_close(cosines(tiny_model, image, ["a", "b"]), tiny_model.score(batch, ["a", "b"]).image_text_cosines)
+    for model in (tiny_model, *polos_and_pearl.values()):
+        expected = model.score([image, image], ["a", "b"], [["c"], ["d"]]).scores
+        assert_scores_close(model.score(batch, ["a", "b"], [["c"], ["d"]]).scores, expected)
+    # Videos: a video is a path, a frame folder, a list of frames, a (T, H, W, C) array or (T, D) embeddings, so an
+    # array of at most 4 dimensions is one video, and a 5-D array a batch of (T, H, W, C) videos
+    with pytest.raises(TypeError, match="got a single string: wrap it in a list"):
+        tiny_model.score_videos([tmp_path], "a dog")
+    for single in single_videos(tmp_path / "one.png", image).values():
+        with pytest.raises(TypeError, match=SINGLE_VIDEO):
+            tiny_model.score_videos(single, ["a dog"])
+    frames = single_videos(tmp_path / "one.png", image)["(T, H, W, C) array"]
+    other = np.stack([np.asarray(random_image(1, (64, 48)))] * 3)
+    expected = tiny_model.score_videos([frames, other], ["a", "b"], idf=False).scores
+    assert_scores_close(tiny_model.score_videos(np.stack([frames, other]), ["a", "b"], idf=False).scores, expected)
+    with pytest.raises(TypeError, match=r"video 0 has unsupported type Image: .* \(the frames of one video are one "
+                                        r"list: wrap that list in a list\)"):  # fmt: skip
+        tiny_model.score_videos([image, image], ["a", "b"])
 
 
 @policy("iterables")

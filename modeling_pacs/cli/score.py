@@ -5,7 +5,14 @@ import logging
 import os
 from pathlib import Path
 
-from ..caption_files import OUTPUT_SUFFIXES, attach_references, check_input_file, format_results, read_items
+from ..caption_files import (
+    OUTPUT_SUFFIXES,
+    attach_references,
+    check_input_file,
+    format_results,
+    read_items,
+    rows_named,
+)
 from ..errors import InputError
 from ..jobs import write_text_atomically
 from ..logs import setup_command_logging
@@ -104,14 +111,15 @@ def run_score(args: argparse.Namespace) -> dict:
     if args.references or any("references" in item for item in items):
         references = [item.get("references") or [] for item in items]
 
-    videos = is_video_run(args, items)
-    if videos and references is not None and not all(references):
-        missing = references.index([])
-        raise InputError(
-            f"item {missing} ('{items[missing]['image']}') has no references: a video run scores every item with "
-            "references or none (the video metric's IDF weights come from all the references of one run), so score "
-            "the videos with and without references in separate runs"
-        )
+    with rows_named(args.input):  # "item 3" of the messages below and of the core's is row 3 of the input file
+        videos = is_video_run(args, items)
+        if videos and references is not None and not all(references):
+            missing = references.index([])
+            raise InputError(
+                f"item {missing} ('{items[missing]['image']}') has no references: a video run scores every item with "
+                "references or none (the video metric's IDF weights come from all the references of one run), so "
+                "score the videos with and without references in separate runs"
+            )
     check_model_source(args.model)  # a mistyped or unreachable model is refused before anything loads
     spec = spec_for_model_name(args.model)  # the metric's capabilities, from the registry: nothing loads
     if spec is not None and spec.capabilities.needs_references and not any(references or []):
@@ -122,21 +130,22 @@ def run_score(args: argparse.Namespace) -> dict:
     from ..loading import load_model  # torch and transformers load here, once the input is known to be good
 
     model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
-    if videos:
-        return run_video_score(args, items, model, references is not None)
-    scored = score_items(
-        model,
-        [item["image_path"] for item in items],
-        [item["caption"] for item in items],
-        references,
-        **long_captions_options(
+    with rows_named(args.input):
+        if videos:
+            return run_video_score(args, items, model, references is not None)
+        scored = score_items(
             model,
-            args.long_captions,
-            image_batch_size=args.batch_size,
-            text_batch_size=4 * args.batch_size,
-            progress=False if args.no_progress else None,
-        ),
-    )
+            [item["image_path"] for item in items],
+            [item["caption"] for item in items],
+            references,
+            **long_captions_options(
+                model,
+                args.long_captions,
+                image_batch_size=args.batch_size,
+                text_batch_size=4 * args.batch_size,
+                progress=False if args.no_progress else None,
+            ),
+        )
     names, means = [], {}
     for column in scored.columns:
         names.append(column.label)

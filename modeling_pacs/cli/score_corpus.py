@@ -23,6 +23,7 @@ Variants:
 """
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -113,6 +114,11 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
     images, captions, references = [], [], []
     needed = [args.image_column, args.caption_column, *filter(None, [args.references_column])]
     for offset, row in enumerate(rows):
+        if not isinstance(row, dict):  # a JSON line that is a string, a list, a number
+            raise InputError(
+                f"{name_row(args.input, first_row + offset)} is {json.dumps(row)[:80]}, not an object: each row is "
+                f'{{"{args.image_column}": ..., "{args.caption_column}": ...}}'
+            )
         missing = [column for column in needed if row.get(column) is None]
         if missing:
             raise InputError(

@@ -48,8 +48,8 @@ def is_video_run(args: argparse.Namespace, items: list[dict]) -> bool:
     if any(is_video) and not all(is_video):
         first_image = is_video.index(False)
         raise InputError(
-            f"item {first_image} ('{items[first_image]['image']}') is not a video while item {is_video.index(True)} "
-            "is: score images and videos in separate runs"
+            f"item {first_image} ('{items[first_image]['image']}') is not a video while "
+            f"'{items[is_video.index(True)]['image']}' is: score images and videos in separate runs"
         )
     video = bool(items) and all(is_video)
     if not video and (args.num_frames is not None or args.idf != "on"):

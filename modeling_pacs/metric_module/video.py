@@ -4,8 +4,7 @@ The module stores each video like an image (a path string in the Arrow column, o
 a video run, calls `PACSModel.score_videos` here.
 """
 
-import os
-
+from ..models.inputs import check_media_list
 from ..models.video import check_num_frames, check_video
 
 
@@ -21,9 +20,7 @@ def check_video_batch(images, videos, previous_kind: str | None, start: int) -> 
         )
     if videos is None:
         return images, kind
-    if isinstance(videos, (str, os.PathLike)):
-        raise TypeError("videos must be a list with one video per prediction: wrap a single video in a list")
-    videos = list(videos)
+    videos = check_media_list(videos, "video", item_ndim=4)  # a single video is refused, as in `score_videos`
     for offset, video in enumerate(videos):
         check_video(video, start + offset)
     return videos, kind

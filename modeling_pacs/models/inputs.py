@@ -740,14 +740,16 @@ def deduplicate(items: list, key) -> tuple[list, torch.Tensor, list[int]]:
     return unique, torch.tensor(index, dtype=torch.long), first_seen
 
 
-def check_media_list(media: Any, kind: str = "image") -> list:
-    """`media` (any iterable: a list, a tuple, a generator, a 4-D batch array) as a list of one image per candidate.
+def check_media_list(media: Any, kind: str = "image", item_ndim: int = 3) -> list:
+    """`media` (any iterable: a list, a tuple, a generator, a batch array) as a list of one image (or video) per
+    candidate.
 
     A single image is refused as a single caption string is (`check_captions`): a path, bytes, a PIL image, a
-    `datasets.Image` dict, or an array or tensor of at most 3 dimensions (iterating one would read its rows as images).
+    `datasets.Image` dict, or an array or tensor of at most `item_ndim` dimensions (3 for an image, 4 for a video's
+    frames; iterating one would read its rows as items). An array of more dimensions is a batch, one item per candidate.
     """
     single = isinstance(media, (str, bytes, bytearray, os.PathLike, PIL.Image.Image, dict))
-    if isinstance(media, (np.ndarray, torch.Tensor)) and media.ndim <= 3:
+    if isinstance(media, (np.ndarray, torch.Tensor)) and media.ndim <= item_ndim:
         single = True
     if single:
         raise TypeError(

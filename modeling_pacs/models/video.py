@@ -97,9 +97,12 @@ def check_video(video: Any, index: int) -> None:
             pixels_to_uint8(frame, f"video {index}, frame {frame_index}", description)
         return
     if isinstance(video, (bytes, bytearray, dict, PIL.Image.Image)) or not isinstance(video, Sequence):
+        frames = ""
+        if isinstance(video, PIL.Image.Image):  # a list of frames passed as the videos
+            frames = " (the frames of one video are one list: wrap that list in a list)"
         raise TypeError(
             f"video {index} has unsupported type {type(video).__name__}: pass a video file path, a folder of "
-            "frames, a list of images, a (T, H, W, C) uint8 array or (T, D) frame embeddings"
+            f"frames, a list of images, a (T, H, W, C) uint8 array or (T, D) frame embeddings{frames}"
         )
     if len(video) == 0:
         raise ValueError(f"video {index} is an empty list of frames: pass at least one image")

@@ -22,6 +22,7 @@ from .inputs import (
     check_captions,
     check_long_captions,
     check_media_count,
+    check_media_list,
     check_positive_int,
     check_references,
     deduplicate,
@@ -275,9 +276,7 @@ class VideoScoringMixin:
         """
 
         candidates = check_captions(candidates)
-        if isinstance(videos, (str, os.PathLike, np.ndarray, torch.Tensor)):
-            raise TypeError("videos must be a list with one video per candidate: wrap a single video in a list")
-        videos = list(videos)
+        videos = check_media_list(videos, "video", item_ndim=4)  # a 5-D array is a batch of (T, H, W, C) videos
         check_media_count(videos, candidates, "video", "decoded and encoded")
         if references is not None:
             references = check_references(references, len(candidates))

@@ -84,7 +84,10 @@ def test_cli_reads_jsonl_and_csv_with_references(image_folder, tiny_model_dir, t
 def test_cli_errors_name_the_problem(captions_file, tiny_model_dir, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"missing.png": "a caption"}))
-    with pytest.raises(SystemExit, match=r"pacs-score: error: image 0 \('.*missing\.png'\) does not exist"):
+    with pytest.raises(
+        SystemExit,
+        match=r'pacs-score: error: row 0 \(bad\.json\["missing\.png"\]\): image \(\'.*missing\.png\'\) does not exist',
+    ):
         score_main([str(bad), "--model", str(tiny_model_dir)])
     with pytest.raises(SystemExit, match="unsupported input format '.txt'"):
         other = tmp_path / "input.txt"

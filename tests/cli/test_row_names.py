@@ -107,7 +107,7 @@ def test_caption_files_name_an_items_line(tmp_path):
     path.write_text('{"image": "a.png", "caption": "a cat"}\n\n{"image": "b.png"}\n')
     with pytest.raises(ValueError) as raised:
         read_items(path, tmp_path)
-    assert str(raised.value) == f"{path}: item 1 (line 3) lacks ['caption'] (each item needs 'image' and 'caption')"
+    assert str(raised.value) == f"{path}: row 1 (line 3) lacks ['caption'] (each item needs 'image' and 'caption')"
 
 
 def test_rated_benchmark_csv_names_the_row_and_line(tmp_path):
@@ -117,3 +117,59 @@ def test_rated_benchmark_csv_names_the_row_and_line(tmp_path):
     path.write_text("mt,refs,score,imgid\n\"a\ncat\",['a'],0.5,x.jpg\nb,['unclosed,0.1,y.jpg\n")
     with pytest.raises(ValueError, match=r"polaris_test\.csv: row 1 \(line 4\): unreadable refs or score"):
         read_rated_csv(path, "Polaris")
+
+
+# pacs-score: the core's "image i" is row i of the captions file, named with its line (CSV: the header is line 1, a
+# quoted cell may span lines; JSON lines: blank lines are no rows) or, in a JSON mapping, its key and list index.
+SCORE_INPUTS = {
+    "captions.csv": (
+        'image,caption\ncat.png,"a cat\non two lines"\n\ncat.png,a cat\nbroken.png,a broken picture\n',
+        "row 2 (line 6 of captions.csv): image ('{root}/broken.png') could not be decoded: cannot identify image "
+        "file '{root}/broken.png'",
+    ),
+    "captions.jsonl": (
+        '{"image": "cat.png", "caption": "a cat"}\n\n{"image": "gone.png", "caption": "a dog"}\n',
+        "row 1 (line 3 of captions.jsonl): image ('{root}/gone.png') does not exist or is not a file",
+    ),
+    "captions.json": (
+        json.dumps({"cat.png": "a cat", "gone.png": ["a dog", "a brown dog"]}),
+        "row 1 (captions.json[\"gone.png\"][0]): image ('{root}/gone.png') does not exist or is not a file",
+    ),
+    "references.jsonl": (  # rows 0-1 have references, row 2 none: two calls, the bad reference in the first
+        '{"image": "cat.png", "caption": "a cat", "references": ["a cat"]}\n'
+        '{"image": "cat.png", "caption": "a cat", "references": ["a cat", 3]}\n'
+        '{"image": "gone.png", "caption": "a dog"}\n',
+        "row 1 (line 2 of references.jsonl): reference 1 is int (3), expected a string",
+    ),
+    "no_references.jsonl": (  # row 1, without references, is item 0 of the reference-free call
+        '{"image": "cat.png", "caption": "a cat", "references": ["a cat"]}\n'
+        '{"image": "gone.png", "caption": "a dog"}\n',
+        "row 1 (line 2 of no_references.jsonl): image ('{root}/gone.png') does not exist or is not a file",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SCORE_INPUTS)
+def test_pacs_score_names_the_row_and_line_of_a_bad_item(name, tiny_model_dir, tmp_path):
+    from modeling_pacs.cli import score_main
+
+    random_image(0, (32, 32)).save(tmp_path / "cat.png")
+    (tmp_path / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nnot a picture")
+    text, expected = SCORE_INPUTS[name]
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.raises(SystemExit) as raised:
+        score_main([str(tmp_path / name), "--model", str(tiny_model_dir), "--no-progress"])
+    assert raised.value.code == "pacs-score: error: " + expected.format(root=tmp_path)
+
+
+def test_a_call_on_part_of_the_items_names_the_item_of_the_whole_call():
+    """`results.score_items` scores the items with and without references in two calls: the core's index in a call
+    is mapped back to the item (`errors.renumber_item`)."""
+    from modeling_pacs.errors import name_item, renumber_item
+
+    assert renumber_item("image 1 ('b.png') does not exist", [4, 7]) == "image 7 ('b.png') does not exist"
+    assert renumber_item("video 0, frame 2 is empty", [5]) == "video 5, frame 2 is empty"
+    assert renumber_item("reference 1 of item 1 is int (3)", [2, 9]) == "reference 1 of item 9 is int (3)"
+    assert renumber_item("candidate 1 is int (5)", [2, 9]) == "candidate 9 is int (5)"
+    assert renumber_item("CUDA out of memory", [2, 9]) is None
+    assert name_item("candidate 3 is int (5)", lambda row: f"row {row}") == "row 3: candidate is int (5)"

@@ -344,8 +344,12 @@ def load_score_corpus():
 @pytest.mark.parametrize(
     ("cell", "extra", "message"),
     [
-        ("[1, 2]", [], "row 1: references must be a list of strings, got [1, 2]"),
-        ('["fine"]', ["--keep-columns", "idd"], "--keep-columns names ['idd'], which row 0 does not have"),
+        ("[1, 2]", [], "row 1 (line 3 of corpus.csv): references must be a list of strings, got [1, 2]"),
+        (
+            '["fine"]',
+            ["--keep-columns", "idd"],
+            "--keep-columns names ['idd'], which row 0 (line 2 of corpus.csv) does",
+        ),
     ],
 )
 def test_corpus_rows_that_would_drop_data_are_refused(image_folder, tiny_model_dir, tmp_path, cell, extra, message):

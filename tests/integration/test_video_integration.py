@@ -77,8 +77,12 @@ def test_pacs_score_video_errors(videos, image_folder, tiny_model_dir, tmp_path)
     paths, _ = videos
     mixed = tmp_path / "mixed.json"
     mixed.write_text(json.dumps({str(image_folder[0]): "an image", str(paths[0]): "a video"}))
-    with pytest.raises(SystemExit, match="item 0 .* is not a video while item 1 is: score images and videos"):
+    with pytest.raises(SystemExit) as raised:
         score_main([str(mixed), "--model", str(tiny_model_dir)])
+    assert raised.value.code == (
+        f"pacs-score: error: row 0 (mixed.json[\"{image_folder[0]}\"]): item ('{image_folder[0]}') is not a video "
+        f"while '{paths[0]}' is: score images and videos in separate runs"
+    )
     images_only = tmp_path / "images.json"
     images_only.write_text(json.dumps({str(image_folder[0]): "an image"}))
     with pytest.raises(SystemExit, match="--num-frames and --idf apply to videos only"):
@@ -92,8 +96,12 @@ def test_pacs_score_video_errors(videos, image_folder, tiny_model_dir, tmp_path)
     assert exit_info.value.code == 2  # argparse: "must be a positive integer, got 0"
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({str(tmp_path / "gone.mp4"): "a video"}))
-    with pytest.raises(SystemExit, match=r"pacs-score: error: video 0 \('.*gone.mp4'\) does not exist"):
+    with pytest.raises(SystemExit) as raised:  # the core's "video 0" is the input's row 0, named by its key
         score_main([str(broken), "--model", str(tiny_model_dir)])
+    assert raised.value.code.startswith(
+        f"pacs-score: error: row 0 (broken.json[\"{tmp_path / 'gone.mp4'}\"]): video ('{tmp_path / 'gone.mp4'}') does "
+        "not exist"
+    )
 
 
 def test_pacs_score_help_documents_video_options():
@@ -141,5 +149,8 @@ def test_evaluate_module_video_errors(metric, videos, image_folder, tmp_path):
         metric.compute(predictions=["a"], videos=[tmp_path / "nothing.mp4"])
     with pytest.raises(ValueError, match="num_frames must be a positive integer or None"):
         metric.compute(predictions=["a"], videos=[paths[0]], num_frames=0)
+    for single in (paths[0], str(paths[0])):  # the single-item rule (docs/concepts/bad-input.md)
+        with pytest.raises(TypeError, match=r"videos must be a list with one video per candidate, got a single video"):
+            metric.compute(predictions=["a"], videos=single)
     with pytest.raises(ValueError, match=r"unexpected options \['num_frames'\]: .* apply to videos= only"):
         metric.compute(predictions=["a"], images=[image_folder[0]], num_frames=3)

@@ -320,7 +320,7 @@ def test_bad_parameters_are_rejected(tiny_model, clips):
             tiny_model.score_videos(paths[:1], ["a"], **{name: 0})
     with pytest.raises(ValueError, match="got 1 videos and 2 candidates: pass exactly one video per candidate"):
         tiny_model.score_videos(paths[:1], ["a", "b"])
-    with pytest.raises(TypeError, match="wrap a single video in a list"):
+    with pytest.raises(TypeError, match="videos must be a list with one video per candidate, got a single video "):
         tiny_model.score_videos(paths[0].as_posix(), ["a"])
     with pytest.raises(TypeError, match="idf must be True, False, a list of corpus captions or an IDFTable"):
         tiny_model.score_videos(paths[:1], ["a"], idf="corpus.txt")
