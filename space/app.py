@@ -697,11 +697,15 @@ def ngram_metrics_available() -> bool:
 def metric_choices(entries: dict[str, tuple[str, str]], local_entry: str | None, ngrams: bool) -> dict[str, str]:
     """The compare tab's metrics: value (the name `pacs-pp evaluate-captions --metrics` takes; the operator's model by
     its selector entry) -> the text the list shows. The model metrics are those of the selector's `entries` (tiny
-    ones: every tiny model of the CLIP backbone), the first entry's pair first."""
+    ones: every tiny model of the CLIP backbone that the app serves), the first entry's pair first."""
     names = [name for pair in entries.values() for name in pair]
     tiny = parse_tiny_alias(names[0]) is not None
     if tiny:
-        names += [alias for alias in TINY_ALIASES if parse_tiny_alias(alias)[0] == "clip"]
+        names += [
+            alias
+            for alias in TINY_ALIASES
+            if parse_tiny_alias(alias)[0] == "clip" and not spec_for_model_name(alias).capabilities.not_in_space
+        ]
     choices = {local_entry: f"{local_entry} (this server's model)"} if local_entry else {}
     for name in dict.fromkeys(names):
         if tiny:

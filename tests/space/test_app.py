@@ -43,7 +43,7 @@ EXAMPLES = REPO_ROOT / "space" / "examples"
 RED_CIRCLE = EXAMPLES / "red_circle.png"
 TINY_CHOICE = "tiny (random weights)"
 # The compare tab's metrics on a --tiny Space: the selector's pair first, then every tiny model of the CLIP backbone.
-TINY_METRICS = ["tiny:clip_s", "tiny", "tiny:pac_s", "tiny:polos", "tiny:pearl"]
+TINY_METRICS = ["tiny:clip_s", "tiny", "tiny:pac_s", "tiny:polos", "tiny:pearl", "tiny:deneb"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

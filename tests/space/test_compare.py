@@ -199,3 +199,17 @@ def test_each_model_loads_once_whichever_tab_names_it(app, demo, loads):
         assert compare(demo, app, ["a red circle"], [], MODELS)[0]["visible"] is False
         assert score_page({"path": str(app.upload)}, "a red circle", "", app.TINY_CHOICE)[0]["visible"] is False
     assert set(MODELS) <= set(loads) and sorted(loads) == sorted(set(loads))
+
+
+def test_deneb_compares_with_references_and_asks_for_them_without(app, demo):
+    """A reference-based family the registry added (DENEB) is offered by the tiny Space: its column is the engine's
+    score with references, and without references the page asks for them."""
+    deneb = load_model("tiny:deneb")
+    _, _, _, details, _, _ = compare(demo, app, CAPTIONS, REFERENCES, ["tiny:deneb"])
+    output = deneb.score([str(RED_CIRCLE)] * len(CAPTIONS), CAPTIONS, references=[REFERENCES] * len(CAPTIONS))
+    (heading,) = details["columns"]
+    expected = dict(zip(CAPTIONS, output.scores.tolist()))
+    assert_scores_close([row[heading] for row in details["results"]],
+                        [expected[row["caption"]] for row in details["results"]])  # fmt: skip
+    message = compare(demo, app, CAPTIONS, [], ["tiny:deneb"])[0]
+    assert message["visible"] is True and "reference-based metric: enter at least one reference" in message["value"]
