@@ -52,6 +52,7 @@ setup(
         "dev": [
             "pytest",
             "pytest-timeout",
+            "pytest-xdist",
             "ruff",
             "torchmetrics==1.9.0",
             "scipy",

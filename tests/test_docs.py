@@ -24,7 +24,7 @@ OLD_CITATION = re.compile(r"\b" + "SPEC" + r"(-polos|-pearl)?\b(\.md)?\s*(§|A\d
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*$")
 EXPLICIT_ID = re.compile(r"\{[^}]*#([\w-]+)[^}]*\}\s*$")
 README_LIMIT = 300
-TEST_COMMAND = "bash scripts/setup.sh --tests && python3 -m pytest -q tests"
+TEST_COMMAND = "bash scripts/setup.sh --tests && python3 -m pytest -q -n 2 tests"
 
 
 def slugify(text: str) -> str:

@@ -497,6 +497,23 @@ def score_rows(models: dict, options: dict, items: list[dict], references: list 
     return rows
 
 
+# A shard row's keys whose value is NaN (a judge's unparsable answer): JSON has no NaN, so the shard holds null there.
+NAN_KEYS = "_nan"
+
+
+def shard_row(row: dict) -> dict:
+    """The row as a job shard keeps it: NaN values become null, their keys listed under `NAN_KEYS`."""
+    nan = [key for key, value in row.items() if isinstance(value, float) and math.isnan(value)]
+    return {**row, **dict.fromkeys(nan), NAN_KEYS: nan} if nan else row
+
+
+def row_of_shard(row: dict) -> dict:
+    """`shard_row` undone: the listed keys are NaN again."""
+    for key in row.pop(NAN_KEYS, ()):
+        row[key] = math.nan
+    return row
+
+
 def image_identity(image: Any) -> str:
     """What pins an item's image in a job's manifest: a path (resolved; as corpus scoring pins its image root), or a
     hash of the bytes or pixels of an in-memory image."""
@@ -606,14 +623,13 @@ def score_models(
         else:
             for shard in mine:
                 shard_positions = list(job.shard_rows(shard, len(items)))
-                job.write_jsonl_shard(
-                    shard, score_rows(models, options, items, references, shard_positions, chunk_size, cache, done)
-                )
+                rows = score_rows(models, options, items, references, shard_positions, chunk_size, cache, done)
+                job.write_jsonl_shard(shard, [shard_row(row) for row in rows])
                 logger.info("process %d: shard %d (%d items) done", job.process_index, shard, len(shard_positions))
             job.barrier()
             if not is_main:
                 return None
-            rows = list(job.merged_rows(len(items), job.read_jsonl_shard))
+            rows = [row_of_shard(row) for row in job.merged_rows(len(items), job.read_jsonl_shard)]
             job.remove_temporaries()
     finally:
         for bar in bars.values():

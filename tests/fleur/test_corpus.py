@@ -86,3 +86,30 @@ def test_killed_run_resumes_with_each_row_once(corpus):
     for name, modified in finished.items():  # finished shards were not rescored
         assert (root / "killed" / "shards" / name).stat().st_mtime_ns == modified
     assert_rows_match(read_scores(root / "killed"), read_scores(root / "one"), SCORES)
+
+
+def test_evaluate_captions_job_folder_keeps_failed_answers(corpus, tmp_path):
+    """evaluate-captions with a job folder (shards of JSON lines, which have no NaN) gives the judge's unparsable
+    answers as NaN, as the run without one does, and counts them in the footer."""
+    from modeling_pacs.evaluation.captions import evaluate_captions
+
+    root = corpus[0]
+    items = [
+        {"image_id": row["id"], "image": row["image"], "caption": row["caption"], "references": row["references"]}
+        for row in map(json.loads, (root / "corpus.jsonl").read_text().splitlines())
+    ]
+    judge = str(root / "judge")
+    plain = evaluate_captions(items, [judge], progress=False)
+    sharded = evaluate_captions(items, [judge], progress=False, output_dir=tmp_path / "job", shard_size=2)
+    column = f"{judge}/score"
+    assert [row[column] != row[column] for row in sharded.items] == [False, False, True, False, False, True]
+    assert [list(row) for row in sharded.items] == [list(row) for row in plain.items]
+    for got, want in zip(sharded.items, plain.items, strict=True):
+        for key, value in want.items():
+            if isinstance(value, float) and value != value:  # NaN: an unparsable answer
+                assert got[key] != got[key], key
+            elif isinstance(value, float):
+                assert got[key] == pytest.approx(value, abs=1e-6), key
+            else:
+                assert got[key] == value, key
+    assert sharded.notes == plain.notes and any(f"{COUNTED}: 3" in note for note in sharded.notes)
