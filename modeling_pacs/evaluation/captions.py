@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, MissingExtraError, PacsError, UnknownModelError
+from ..errors import InputError, MissingExtraError, PacsError, UnknownModelError, name_item, with_message
 from ..metric_spec import MetricSpec, OutputField, resolve
 from ..registry import METRICS, RELEASES, model_choices, parse_tiny_alias, spec_for_model_type
 from ..results import references_note
@@ -484,14 +484,23 @@ def score_rows(models: dict, options: dict, items: list[dict], references: list 
     rows = [{"row": position} for position in positions]
     for start in range(0, len(positions), chunk_size):
         chunk = positions[start : start + chunk_size]
-        images = decode_images([items[position]["image"] for position in chunk])
-        captions = [items[position]["caption"] for position in chunk]
-        chunk_references = None if references is None else [references[position] for position in chunk]
-        for name, model in models.items():
-            for key, values in score_chunk(model, name, images, captions, chunk_references, options[name]).items():
+        try:  # the core names item i of the chunk: name the input row and the image id instead
+            images = decode_images([items[position]["image"] for position in chunk])
+            captions = [items[position]["caption"] for position in chunk]
+            chunk_references = None if references is None else [references[position] for position in chunk]
+            scored = {}
+            for name, model in models.items():
+                scored[name] = score_chunk(model, name, images, captions, chunk_references, options[name])
+                done(name, len(chunk))
+        except ValueError as error:  # InputError, ImageInputError, the models' checks
+            message = name_item(str(error), lambda index, chunk=chunk: row_name(items[chunk[index]]))
+            if message is None:
+                raise
+            raise with_message(error, message) from error
+        for name in models:
+            for key, values in scored[name].items():
                 for row, value in zip(rows[start : start + len(chunk)], values, strict=True):
                     row[key] = value
-            done(name, len(chunk))
         if cache is not None:
             cache.clear()  # this chunk's features: every model has read them
     return rows
@@ -512,6 +521,11 @@ def row_of_shard(row: dict) -> dict:
     for key in row.pop(NAN_KEYS, ()):
         row[key] = math.nan
     return row
+
+
+def row_name(item: dict) -> str:
+    """How an error names an item: its row in the input and its image id."""
+    return f"row {item['row']} (image_id {item['image_id']!r})"
 
 
 def image_identity(image: Any) -> str:

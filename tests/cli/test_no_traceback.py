@@ -77,7 +77,10 @@ CASES = {
         lambda r, m: evaluate_captions(r, m, "good.jsonl", "notes.txt/report.json"),
         "notes.txt/report.json': Not a directory: a part of the path is a file, not a folder",
     ),
-    "evaluate-captions corrupt image": (lambda r, m: evaluate_captions(r, m, "corrupt.jsonl"), "could not be decoded"),
+    "evaluate-captions corrupt image": (
+        lambda r, m: evaluate_captions(r, m, "corrupt.jsonl"),
+        "row 1 (image_id 'broken.png'): image ('",
+    ),
     "evaluate-captions single caption": (
         lambda r, m: evaluate_captions(r, m, "single.json"),
         "a JSON input must be an object",
