@@ -68,6 +68,11 @@ MUTANTS = (
            "keep = max(len(item_references) for item_references in chunk)",
            ("tests/models/test_polos.py", "-k", "official"),
            "Polos official mode: references not cut to the chunk's shortest list (the padding of collate_tensors)"),
+    Mutant("deneb-references-not-cut", "modeling_pacs/models/modeling_deneb.py",
+           "keep = min(len(item_references) for item_references in chunk)",
+           "keep = max(len(item_references) for item_references in chunk)",
+           ("tests/deneb/test_convert.py", "tests/models/test_deneb.py"),
+           "DENEB official mode: references not cut to the chunk's shortest list (the authors' collate_tensors)"),
 )  # fmt: skip
 
 
