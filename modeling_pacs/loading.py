@@ -7,7 +7,7 @@ directory's `model_type` -> its `MetricSpec` (`registry.py`) -> the spec's loade
 
 import logging
 
-from .errors import UnsupportedOptionError
+from .errors import InputError, UnsupportedOptionError
 from .logs import quiet_library_loading
 from .metric_spec import door_options
 from .model_sources import check_model_source
@@ -117,19 +117,50 @@ def long_captions_keyword(model, mode: str) -> dict:
     return {}
 
 
-def score_options(model, long_captions: str = "truncate", **settings) -> dict:
+def scoring_mode_keyword(model, mode: str | None) -> dict:
+    """`{"mode": mode}` for `score` of a metric whose spec declares scoring modes (`Capabilities.scoring_modes`:
+    DENEB's and Polos' `"per_item"` / `"official"`); nothing for None (the model's default); an
+    `UnsupportedOptionError` for a metric without scoring modes, or a `ValueError` for a mode it does not have."""
+    return {} if mode is None else {"mode": check_scoring_mode(spec_of(model), mode)}
+
+
+def check_scoring_mode(spec, mode: str) -> str:
+    """`mode` when the metric of `spec` has it among its scoring modes; else the error `scoring_mode_keyword` says
+    (a door checks it before loading anything)."""
+    if not spec.capabilities.scoring_modes:
+        able = [other.display_name for other in METRICS.values() if other.capabilities.scoring_modes]
+        raise UnsupportedOptionError(
+            f"scoring mode {mode!r} applies to the metrics {', '.join(able)}, not to {spec.display_name}, which has "
+            "one way of batching: leave it out"
+        )
+    if mode not in spec.capabilities.scoring_modes:
+        raise InputError(
+            f"{spec.display_name} has no scoring mode {mode!r}: choose one of "
+            f"{', '.join(spec.capabilities.scoring_modes)}"
+        )
+    return mode
+
+
+def score_options(model, long_captions: str = "truncate", scoring_mode: str | None = None, **settings) -> dict:
     """The keyword options of `model.score` for a door's settings (batch sizes, `progress`): a setting the model's
     spec does not declare is left out, as it does not apply; a `long_captions` mode other than `"truncate"` is passed,
-    or refused by a metric that only truncates (`long_captions_keyword`)."""
-    return door_options(spec_of(model), settings, {}) | long_captions_keyword(model, long_captions)
+    or refused by a metric that only truncates (`long_captions_keyword`); a `scoring_mode` is passed, or refused by a
+    metric that has none (`scoring_mode_keyword`)."""
+    return (
+        door_options(spec_of(model), settings, {})
+        | long_captions_keyword(model, long_captions)
+        | scoring_mode_keyword(model, scoring_mode)
+    )
 
 
 __all__ = [
     "DEFAULT_MODEL",
     "DTYPES",
+    "check_scoring_mode",
     "PRETRAINED_MODELS",
     "load_model",
     "long_captions_keyword",
     "resolve_device",
     "score_options",
+    "scoring_mode_keyword",
 ]

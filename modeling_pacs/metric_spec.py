@@ -76,6 +76,9 @@ class Capabilities:
     reference_based: bool = True
     per_reference_scores: bool = False
     long_caption_modes: tuple[str, ...] = ("truncate",)
+    # values of the `mode` score option (how `score` batches items: DENEB's and Polos' "per_item", "official"); empty:
+    # the metric has no such option, and a door refuses `--mode` for it
+    scoring_modes: tuple[str, ...] = ()
     max_references: int | None = None  # None: any number
     dtypes: tuple[str, ...] = ("fp32",)
     # keyword options `score` accepts beyond `images, candidates, references`; any other is refused

@@ -12,7 +12,7 @@ bars, the folder a model lies in, its README) is left out.
 | `weights` | sha256 of the directory's weight files (`*.safetensors`, `*.bin`, ...), 8 hex digits | models |
 | `w` | the rescaling weight of Eq. 4 | PAC-S++, PAC-S, CLIP-S |
 | `lora` | `official` (the paper's rank, alpha and placement), `rR-aA` for others, `none` without LoRA | PAC-S++ |
-| `mode` | the scoring mode (`per_item`, `official`) | Polos |
+| `mode` | the scoring mode (`per_item`, `official`: `--mode`, else the model's default) | Polos, DENEB |
 | `prompt` | the prompt prefix read before each caption (empty: none) | CLIP-based models |
 | `captions` | long captions: `truncate` or `chunks` | model metrics |
 | `ctx` | the text encoder's context (77 for CLIP, 248 for Long-CLIP) | CLIP-based models |
@@ -102,9 +102,10 @@ def model_signature(
     references: Sequence[Sequence[str]] | None = None,
     long_captions: str = "truncate",
     dtype: str | None = None,
+    mode: str | None = None,
 ) -> str:
     """The signature of a loaded model metric (`entry` as given to `--metrics` / `--model`) scored with these
-    references, long-caption mode and dtype (None: fp32)."""
+    references, long-caption mode, dtype (None: fp32) and scoring mode (None: the model's default)."""
     from .registry import spec_of
 
     config = model.config
@@ -116,7 +117,7 @@ def model_signature(
         weights=weights_digest(model),
         w=getattr(config, "w", None),
         lora=lora_mode(config),
-        mode=getattr(config, "mode", None),
+        mode=mode or getattr(config, "mode", None),
         prompt=prompt_text(config),
         captions=long_captions,
         ctx=getattr(config, "max_text_length", None),

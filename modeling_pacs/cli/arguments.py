@@ -131,16 +131,32 @@ def add_long_captions_argument(parser: argparse.ArgumentParser):
     parser.add_argument("--long-captions", choices=("truncate", "chunks"), default="truncate", help=LONG_CAPTIONS_HELP)
 
 
-def long_captions_options(model, mode: str, **settings) -> dict:
-    """The options of `score` / `score_videos` for `--long-captions` and the command's other settings (batch sizes,
-    progress; those the model's spec does not declare are left out); an `InputError` for `--long-captions chunks` on a
-    model that only truncates."""
-    from ..loading import score_options
+def long_captions_options(model, mode: str, scoring_mode: str | None = None, **settings) -> dict:
+    """The options of `score` / `score_videos` for `--long-captions`, `--mode` and the command's other settings (batch
+    sizes, progress; those the model's spec does not declare are left out); an `InputError` for `--long-captions
+    chunks` on a model that only truncates, or `--mode` on a model without scoring modes."""
+    from ..loading import score_options, scoring_mode_keyword
 
     try:
-        return score_options(model, mode, **settings)
+        options = score_options(model, mode, **settings)
     except ValueError as error:
         raise InputError(f"--long-captions: {error}") from None
+    try:
+        return options | scoring_mode_keyword(model, scoring_mode)
+    except ValueError as error:
+        raise type(error)(f"--mode: {error}") from None
+
+
+SCORING_MODE_HELP = (
+    "how DENEB and Polos batch items: 'per_item' (default: each item alone, every reference used) or 'official' "
+    "(the authors' chunks, cut to a chunk's smallest reference count, to reproduce their numbers); other metrics "
+    "refuse it (docs/guides/deneb.md)"
+)
+
+
+def add_scoring_mode_argument(parser: argparse.ArgumentParser):
+    """`--mode {per_item,official}` (default: the model's own, per_item), for the metrics with scoring modes."""
+    parser.add_argument("--mode", choices=("per_item", "official"), help=SCORING_MODE_HELP)
 
 
 def add_raw_csv_argument(parser: argparse.ArgumentParser):
@@ -233,6 +249,7 @@ __all__ = [
     "add_example",
     "add_former_flag",
     "add_long_captions_argument",
+    "add_scoring_mode_argument",
     "add_output_arguments",
     "add_raw_csv_argument",
     "add_verbose_argument",

@@ -16,6 +16,7 @@ from .arguments import (
     add_device_arguments,
     add_example,
     add_long_captions_argument,
+    add_scoring_mode_argument,
     add_raw_csv_argument,
     positive_int,
 )
@@ -75,6 +76,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     add_device_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     add_long_captions_argument(parser)
+    add_scoring_mode_argument(parser)
     parser.add_argument(
         "--duplicates",
         choices=DUPLICATE_POLICIES,
@@ -194,6 +196,7 @@ def run(args: argparse.Namespace):
         dtype=None if args.dtype == "fp32" else args.dtype,
         batch_size=args.batch_size,
         long_captions=args.long_captions,
+        mode=args.mode,
         duplicates=args.duplicates,
         skip=skip,
         progress=False if args.no_progress else None,

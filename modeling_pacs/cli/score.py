@@ -24,6 +24,7 @@ from .arguments import (
     add_device_arguments,
     add_example,
     add_long_captions_argument,
+    add_scoring_mode_argument,
     add_raw_csv_argument,
     long_captions_options,
     positive_int,
@@ -89,6 +90,7 @@ def build_score_parser(parser: argparse.ArgumentParser | None = None) -> argpars
     parser.add_argument("--batch-size", type=positive_int, default=64, help="images per encoder batch (texts: 4x)")
     add_device_arguments(parser)
     add_long_captions_argument(parser)
+    add_scoring_mode_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument(
         "--verbose", action="store_true", help="also show the libraries' own logs, warnings and loading bars"
@@ -127,6 +129,13 @@ def run_score(args: argparse.Namespace) -> dict:
             f"{spec.display_name} scores a caption against references, and none of the {len(items)} items has any: "
             f"give --references FILE (JSON {{image_path: [references]}}), or references in {args.input}"
         )
+    if args.mode is not None and spec is not None:  # refused before the model loads
+        from ..loading import check_scoring_mode
+
+        try:
+            check_scoring_mode(spec, args.mode)
+        except ValueError as error:
+            raise type(error)(f"--mode: {error}") from None
     from ..loading import load_model  # torch and transformers load here, once the input is known to be good
 
     model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)
@@ -141,6 +150,7 @@ def run_score(args: argparse.Namespace) -> dict:
             **long_captions_options(
                 model,
                 args.long_captions,
+                args.mode,
                 image_batch_size=args.batch_size,
                 text_batch_size=4 * args.batch_size,
                 progress=False if args.no_progress else None,

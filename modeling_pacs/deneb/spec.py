@@ -22,6 +22,7 @@ DENEB = MetricSpec(
         reference_free=False,
         reference_based=True,
         dtypes=("fp32",),
+        scoring_modes=("per_item", "official"),
         score_options=("mode", "batch_size", "image_batch_size", "text_batch_size", "progress"),
     ),
     outputs=(

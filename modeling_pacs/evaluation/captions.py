@@ -541,7 +541,7 @@ def image_identity(image: Any) -> str:
 
 
 def job_manifest(entries: list[MetricEntry], items: list[dict], references: list | None, dtype: str | None,
-                 long_captions: str) -> dict:  # fmt: skip
+                 long_captions: str, mode: str | None = None) -> dict:  # fmt: skip
     """What the shards of the model metrics depend on: the items (ids, captions, references, images), the models
     (name and, for a local folder, its files), dtype and long-caption mode; a resumed run must have equal values."""
     import hashlib
@@ -561,6 +561,7 @@ def job_manifest(entries: list[MetricEntry], items: list[dict], references: list
         "metrics": [describe_source(entry.name) for entry in entries],
         "dtype": dtype or "fp32",
         "long_captions": long_captions,
+        **({"mode": mode} if mode is not None else {}),
     }
 
 
@@ -575,6 +576,7 @@ def score_models(
     long_captions: str,
     progress: bool | None,
     chunk_size: int,
+    mode: str | None = None,
     output_dir: str | os.PathLike | None = None,
     shard_size: int = SHARD_SIZE,
     processes: Any = None,
@@ -600,7 +602,7 @@ def score_models(
 
         job = ShardedJob(
             Path(output_dir),
-            job_manifest(entries, items, references, dtype, long_captions),
+            job_manifest(entries, items, references, dtype, long_captions, mode),
             shard_size=shard_size,
             process_index=0 if processes is None else processes.process_index,
             num_processes=num_processes,
@@ -618,7 +620,7 @@ def score_models(
         )
     models = load_models(entries, device, dtype) if is_main or (job is not None and mine) else {}
     options = {
-        name: score_options(model, long_captions, image_batch_size=batch_size, text_batch_size=4 * batch_size,
+        name: score_options(model, long_captions, mode, image_batch_size=batch_size, text_batch_size=4 * batch_size,
                             progress=False)
         for name, model in models.items()
     }  # fmt: skip
@@ -660,7 +662,7 @@ def score_models(
                 labels[key] = output_field.label_for(model.config)
                 fields[key] = output_field
     signatures = {
-        name: model_signature(model, name, references, long_captions=long_captions, dtype=dtype)
+        name: model_signature(model, name, references, long_captions=long_captions, dtype=dtype, mode=mode)
         for name, model in models.items()
     }
     return per_item, labels, fields, signatures
@@ -675,6 +677,7 @@ def evaluate_captions(
     dtype: str | None = None,
     batch_size: int = 64,
     long_captions: str = "truncate",
+    mode: str | None = None,
     duplicates: str = "error",
     skip: Sequence[str] = (),
     progress: bool | None = None,
@@ -696,6 +699,8 @@ def evaluate_captions(
         batch_size: images per encoder batch (4x as many texts), as `pacs-score --batch-size`.
         long_captions: `"truncate"` (the official code) or `"chunks"`
             ([docs/guides/long-captions.md](../guides/long-captions.md)).
+        mode: DENEB's and Polos' scoring mode, `"per_item"` or `"official"` (None: the model's default, per_item);
+            a model metric without scoring modes refuses it.
         duplicates: `"error"` (several items for one image id are refused) or `"separate"` (each row its own item).
         skip: `"empty_captions"`, `"missing_images"`: skip such rows (counted) instead of refusing them.
         progress: a bar per metric with an ETA (None: when stderr is a terminal; False: none).
@@ -764,7 +769,7 @@ def evaluate_captions(
         scored = score_models(
             models, kept, references, device=device, dtype=dtype, batch_size=batch_size,
             long_captions=long_captions, progress=progress, chunk_size=chunk_size, output_dir=output_dir,
-            shard_size=shard_size, processes=processes,
+            shard_size=shard_size, processes=processes, mode=mode,
         )  # fmt: skip
         if scored is None:
             return None

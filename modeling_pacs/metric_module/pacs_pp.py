@@ -88,6 +88,8 @@ Returns:
         the 77-token context; Polos: its CLIP features'; Pearl: the most any of its encoders dropped);
         num_truncated (`int`): how many predictions lost tokens. Load the module with `long_captions="chunks"` to
         read long captions in pieces (PAC-S-family models; docs/guides/long-captions.md).
+    mode (`str`, *optional*): DENEB's and Polos' scoring mode, `"per_item"` (their default) or `"official"` (the
+        authors' chunks: docs/guides/deneb.md); other metrics refuse it.
 Videos: pass `videos=` instead of `images=` (files, frame folders, lists of images, (T, H, W, C) arrays or (T, D)
     frame embeddings) and optionally `num_frames=` and `idf=` to `compute`: the EMScore-style video metric (Eq. 13;
     Eq. 14 as `ref_scores` with references), with per-prediction `precision`, `recall`, `f` and `coarse`.
@@ -380,6 +382,7 @@ class PACSPlusPlus(evaluate.Metric):
                 {**settings, "progress": self.progress, **self.long_captions_options()},
             )
             return results | {"signature": self.signature(references if with_references else None)}
+        mode = options.pop("mode", None)
         if options:
             raise ValueError(f"unexpected options {sorted(options)}: num_frames= and idf= apply to videos= only")
         engine = self.load_engine()
@@ -395,11 +398,13 @@ class PACSPlusPlus(evaluate.Metric):
                 image_batch_size=self.image_batch_size,
                 text_batch_size=self.text_batch_size,
                 progress=self.progress,
+                scoring_mode=mode,
             ),
         )
-        return _results_from_columns(scored) | {"signature": self.signature(references if with_references else None)}
+        signature = self.signature(references if with_references else None, mode)
+        return _results_from_columns(scored) | {"signature": signature}
 
-    def signature(self, references: list[list[str]] | None) -> str:
+    def signature(self, references: list[list[str]] | None, mode: str | None = None) -> str:
         """The reproducibility signature of a computation with these references (`modeling_pacs/signatures.py`): the
         one `pacs-pp evaluate-captions` prints for the same model, settings and references."""
         engine = self.load_engine()
@@ -409,7 +414,8 @@ class PACSPlusPlus(evaluate.Metric):
             entry = getattr(engine.config, "_name_or_path", "") or type(engine).__name__
         else:
             entry = self.model_alias or DEFAULT_MODEL
-        return model_signature(engine, entry, references, long_captions=self.long_captions, dtype=self.dtype)
+        return model_signature(engine, entry, references, long_captions=self.long_captions, dtype=self.dtype,
+                               mode=mode)  # fmt: skip
 
     def long_captions_options(self) -> dict:
         """The `long_captions` keyword for the engine: PAC-S-family models read it; others only truncate."""

@@ -23,6 +23,7 @@ POLOS = MetricSpec(
         reference_based=True,
         per_reference_scores=True,
         dtypes=("fp32", "fp16", "bf16"),
+        scoring_modes=("per_item", "official"),
         score_options=("mode", "batch_size", "image_batch_size", "text_batch_size", "progress"),
     ),
     outputs=(
