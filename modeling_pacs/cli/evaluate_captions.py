@@ -16,8 +16,8 @@ from .arguments import (
     add_device_arguments,
     add_example,
     add_long_captions_argument,
-    add_scoring_mode_argument,
     add_raw_csv_argument,
+    add_scoring_mode_argument,
     positive_int,
 )
 

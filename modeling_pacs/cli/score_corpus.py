@@ -32,7 +32,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from modeling_pacs.caption_files import check_input_file, check_utf8, resolve_image
-from modeling_pacs.cli.arguments import add_long_captions_argument, add_verbose_argument, long_captions_options
+from modeling_pacs.cli.arguments import (
+    add_long_captions_argument,
+    add_scoring_mode_argument,
+    add_verbose_argument,
+    long_captions_options,
+)
 from modeling_pacs.corpus_scoring import (
     FAILED_SCORES_KEY,
     csv_rows,
@@ -144,13 +149,14 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
             **long_captions_options(
                 model,
                 args.long_captions,
+                args.mode,
                 image_batch_size=args.batch_size,
                 text_batch_size=4 * args.batch_size,
                 progress=False,
             ),
         )
     except PacsError:
-        raise  # about the options, not the rows (--long-captions)
+        raise  # about the options, not the rows (--long-captions, --mode)
     except (OSError, ValueError, TypeError) as error:
         where = f"shard {shard} (rows {first_row}-{first_row + len(rows) - 1})"  # an error about no one row
         message = name_item_row(str(error), args.input, first_row) or f"{where}: {error}"
@@ -189,6 +195,7 @@ def run_manifest(args: argparse.Namespace, image_root: Path) -> dict:
         "keep_columns": args.keep_columns,
         # Only a non-default mode is pinned, so runs started before the option existed still resume.
         **({"long_captions": args.long_captions} if args.long_captions != "truncate" else {}),
+        **({"mode": args.mode} if args.mode is not None else {}),
     }
 
 
@@ -233,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="no progress (default: a bar with rows/s and ETA on a terminal; in logs, a line every few seconds)",
     )
     add_long_captions_argument(parser)
+    add_scoring_mode_argument(parser)
     add_verbose_argument(parser)
     add_example(parser, "python scripts/score_corpus.py captions.jsonl --output-dir scores/")
     return parser
