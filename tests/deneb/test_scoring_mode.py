@@ -61,12 +61,10 @@ def test_pacs_score_mode_gives_the_models_numbers_for_that_mode(deneb, inputs, t
 def test_the_evaluate_module_forwards_the_mode_and_signs_it(deneb, inputs):
     _, images = inputs
     module = PACSPlusPlus(model="tiny:deneb")
-    results = {mode: module.compute(predictions=CAPTIONS, images=images, references=REFERENCES, mode=mode)
-               for mode in ("per_item", "official")}  # fmt: skip
-    for mode, result in results.items():
-        assert result["scores"] == pytest.approx(expected(deneb, images, mode), abs=1e-6)
-        assert f"|mode:{mode}|" in result["signature"]
-    assert results["per_item"]["signature"] != results["official"]["signature"]
+    result = module.compute(predictions=CAPTIONS, images=images, references=REFERENCES, mode="official")
+    assert result["scores"] == pytest.approx(expected(deneb, images, "official"), abs=1e-6)
+    assert "|mode:official|" in result["signature"]
+    assert result["signature"].replace("|mode:official|", "|mode:per_item|") == module.signature(REFERENCES)
 
 
 def test_a_metric_without_scoring_modes_refuses_one_by_name(inputs):
