@@ -128,3 +128,106 @@ __all__ = [
     "read_hparams",
     "refused_globals",
 ]
+
+
+# ------------------------------------------------------------------------ CLIP + RoBERTa estimators' conversion
+# What the converters of the Lightning-trained CLIP + RoBERTa metrics share: the sentence encoder they name by Hub id
+# or directory, the checks of its tensors, of the ScalarMix and of the MLP head, and the reload check of the output.
+
+
+def check_head_dim(head_dim) -> None:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+
+
+def load_sentence_encoder(text_encoder: str):
+    """The RoBERTa config and tokenizer of `text_encoder` (a Hub id or a local directory)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        return AutoConfig.from_pretrained(text_encoder), AutoTokenizer.from_pretrained(text_encoder)
+    except (OSError, ValueError) as error:
+        raise FileNotFoundError(
+            f"could not load the sentence encoder's config and tokenizer from '{text_encoder}': {error}. Pass "
+            "--text-encoder DIR, a local copy of princeton-nlp/sup-simcse-roberta-base (config and tokenizer files)"
+        ) from None
+
+
+def check_sentence_encoder(encoder: dict[str, torch.Tensor], text_config, text_encoder_id: str) -> None:
+    """The `encoder.model.*` tensors (prefix stripped) must be RoBERTa's of `text_config`, without pooler."""
+    from transformers import RobertaModel
+
+    with torch.device("meta"):  # shapes only
+        text_model = RobertaModel(text_config, add_pooling_layer=False)
+    text_expected = {
+        key: tuple(value.shape)
+        for key, value in text_model.state_dict().items()
+        if key not in ("embeddings.position_ids", "embeddings.token_type_ids")
+    }
+    check_keys(
+        f"part encoder.model.* (sentence encoder) does not match the config of '{text_encoder_id}'",
+        encoder,
+        text_expected,
+    )
+
+
+def scalar_mix_weights(scalar_mix: dict[str, torch.Tensor], num_mixed: int) -> dict[str, torch.Tensor]:
+    """Check the `scalar_mix.*` tensors (prefix stripped) against `num_mixed` hidden states; our `scalar_mix.*`."""
+    mix_expected = {f"scalar_parameters.{index}": (1,) for index in range(num_mixed)} | {"gamma": (1,)}
+    check_keys(
+        f"part scalar_mix.* (ScalarMix) does not match the sentence encoder's {num_mixed} hidden states",
+        scalar_mix,
+        mix_expected,
+    )
+    return {
+        "scalar_mix.layer_weights": torch.cat(
+            [scalar_mix[f"scalar_parameters.{index}"].float() for index in range(num_mixed)]
+        ),
+        "scalar_mix.gamma": scalar_mix["gamma"].float(),
+    }
+
+
+def head_weights(problem: str, head: dict[str, torch.Tensor], sizes: list[int]) -> dict[str, torch.Tensor]:
+    """Check the `ff.0.ff.linear_{i}.*` tensors against layer widths `sizes`; our `head.layers.{i - 1}.*`."""
+    head_expected = {}
+    for index, (inputs, outputs) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
+        head_expected[f"ff.0.ff.linear_{index}.weight"] = (outputs, inputs)
+        head_expected[f"ff.0.ff.linear_{index}.bias"] = (outputs,)
+    check_keys(problem, head, head_expected)
+    return {
+        f"head.layers.{index}.{kind}": head[f"ff.0.ff.linear_{index + 1}.{kind}"].float()
+        for index in range(len(sizes) - 1)
+        for kind in ("weight", "bias")
+    }
+
+
+def fill_model(model, weights: dict[str, torch.Tensor]):
+    """Load `weights` into `model` (buffers may stay as built); a missing or unexpected key is an error."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    buffers = {name for name, _ in model.named_buffers()}
+    missing = [key for key in missing if key not in buffers]
+    if missing or unexpected:
+        raise CheckpointError(layout_message(f"did not fill the {type(model).__name__}", missing, unexpected))
+    return model.eval()
+
+
+def write_model_directory(model, card: str, output_dir: Path) -> None:
+    """Save into a staging folder renamed into place (a crash never leaves a half-written `output_dir`), then reload
+    it and check that every tensor equals the converted model's."""
+    from .hub import save_remote_code_model
+    from .output_paths import staged_directory
+
+    with staged_directory(output_dir) as staging:
+        save_remote_code_model(model, staging)
+        (staging / "README.md").write_text(card, encoding="utf-8")
+    reloaded = type(model).from_pretrained(output_dir, dtype=torch.float32).state_dict()
+    converted = model.state_dict()
+    different = sorted(
+        key for key in converted.keys() | reloaded.keys()
+        if key not in converted or key not in reloaded or not torch.equal(converted[key], reloaded[key])
+    )  # fmt: skip
+    if different:
+        raise RuntimeError(
+            f"the saved directory '{output_dir}' does not reproduce the conversion ({len(different)} tensors differ, "
+            f"e.g. {different[:3]}): check the installed transformers/safetensors versions"
+        )

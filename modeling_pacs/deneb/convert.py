@@ -29,13 +29,22 @@ import re
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
-from ..hub import save_remote_code_model
-from ..lightning_checkpoints import check_keys, load_lightning_checkpoint, read_hparams
+from ..lightning_checkpoints import (
+    check_head_dim,
+    check_keys,
+    check_sentence_encoder,
+    fill_model,
+    head_weights,
+    load_lightning_checkpoint,
+    load_sentence_encoder,
+    read_hparams,
+    scalar_mix_weights,
+    write_model_directory,
+)
 from ..models.configuration_deneb import DenebConfig
 from ..models.modeling_deneb import DenebModel
-from ..output_paths import check_output_directory, staged_directory
+from ..output_paths import check_output_directory
 from ..pacs.convert import (
     OPENAI_HEAD_DIM,
     CheckpointError,
@@ -234,31 +243,14 @@ def convert_deneb_state_dict(
     check_keys("part pacs_clip.* (CLIP) does not match its geometry", parts["clip"], expected_shapes(geometry, False))
     clip_weights = to_transformers_state_dict(parts["clip"], geometry)
 
-    with torch.device("meta"):  # shapes only
-        text_model = RobertaModel(text_config, add_pooling_layer=False)
-    text_expected = {
-        key: tuple(value.shape)
-        for key, value in text_model.state_dict().items()
-        if key not in ("embeddings.position_ids", "embeddings.token_type_ids")
-    }
-    check_keys(
-        f"part encoder.model.* (sentence encoder) does not match the config of '{text_encoder_id}'",
-        parts["encoder"],
-        text_expected,
-    )
+    check_sentence_encoder(parts["encoder"], text_config, text_encoder_id)
     hidden = text_config.hidden_size
     if geometry.embed_dim != hidden:
         raise CheckpointError(
             f"the CLIP projection width ({geometry.embed_dim}) differs from the sentence encoder's ({hidden}): "
             "DENEB's upsampler reads both, so this is not a DENEB checkpoint of this text encoder"
         )
-    num_mixed = text_config.num_hidden_layers + 1
-    mix_expected = {f"scalar_parameters.{index}": (1,) for index in range(num_mixed)} | {"gamma": (1,)}
-    check_keys(
-        f"part scalar_mix.* (ScalarMix) does not match the sentence encoder's {num_mixed} hidden states",
-        parts["scalar_mix"],
-        mix_expected,
-    )
+    mix = scalar_mix_weights(parts["scalar_mix"], text_config.num_hidden_layers + 1)
     projection_expected = {f"{name}.{kind}": shape for name in ("upsampler", "upsampler2")
                            for kind, shape in (("weight", (hidden, hidden)), ("bias", (hidden,)))}  # fmt: skip
     check_keys("part upsampler* (pair projections) does not match the feature width", parts["projections"],
@@ -286,12 +278,8 @@ def convert_deneb_state_dict(
                     if f"ff.0.ff.linear_{index}.weight" in parts["head"]]  # fmt: skip
     feature_size = 6 * hidden
     sizes = [feature_size, *hidden_sizes, 1]
-    head_expected = {}
-    for index, (inputs, outputs) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
-        head_expected[f"ff.0.ff.linear_{index}.weight"] = (outputs, inputs)
-        head_expected[f"ff.0.ff.linear_{index}.bias"] = (outputs,)
-    check_keys(f"part ff.* (head) does not match the feature width 6*{hidden} = {feature_size}", parts["head"],
-               head_expected)  # fmt: skip
+    head = head_weights(f"part ff.* (head) does not match the feature width 6*{hidden} = {feature_size}",
+                        parts["head"], sizes)  # fmt: skip
 
     config = DenebConfig(
         clip_config=clip_config_for(geometry, "gelu"),
@@ -308,10 +296,7 @@ def convert_deneb_state_dict(
     model = DenebModel(config)
     weights = {f"clip_encoder.clip.{key}": value for key, value in clip_weights.items()}
     weights |= {f"text_encoder.{key}": value for key, value in parts["encoder"].items()}
-    weights["scalar_mix.layer_weights"] = torch.cat(
-        [parts["scalar_mix"][f"scalar_parameters.{index}"] for index in range(num_mixed)]
-    )
-    weights["scalar_mix.gamma"] = parts["scalar_mix"]["gamma"]
+    weights |= mix
     for ours, theirs in (("clip_projection", "upsampler"), ("text_projection", "upsampler2")):
         for kind in ("weight", "bias"):
             weights[f"{ours}.{kind}"] = parts["projections"][f"{theirs}.{kind}"]
@@ -321,18 +306,12 @@ def convert_deneb_state_dict(
         for key, value in parts["sequences"].items():
             if key.startswith(f"{name}.layers."):
                 weights[f"{ours}.encoder.{key.removeprefix(name + '.')}"] = value
-    for index in range(len(sizes) - 1):
-        for kind in ("weight", "bias"):
-            weights[f"head.layers.{index}.{kind}"] = parts["head"][f"ff.0.ff.linear_{index + 1}.{kind}"]
+    weights |= head
     weights = {key: value.float() for key, value in weights.items()}
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    buffers = {name for name, _ in model.named_buffers()}
-    missing = [key for key in missing if key not in buffers]
-    if missing or unexpected:
-        raise CheckpointError(layout_message("did not fill the DenebModel", missing, unexpected))
+    fill_model(model, weights)
     for group, keys in unused.items():
         log(f"unused: {group}: {len(keys)} tensor(s) ({shorten(sorted(keys))})")
-    return model.eval()
+    return model
 
 
 def convert_deneb_checkpoint(
@@ -353,19 +332,11 @@ def convert_deneb_checkpoint(
     checkpoint_path = Path(checkpoint)
     output_dir = Path(output_dir)
     check_output_directory(output_dir, inputs=[checkpoint_path, hparams], overwrite=overwrite)
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+    check_head_dim(head_dim)
     loaded = load_deneb_checkpoint(checkpoint_path)
     settings = check_hparams(read_hparams(checkpoint_path, hparams, loaded))
     text_encoder = text_encoder or settings["pretrained_model"]
-    try:
-        text_config = AutoConfig.from_pretrained(text_encoder)
-        text_tokenizer = AutoTokenizer.from_pretrained(text_encoder)
-    except (OSError, ValueError) as error:
-        raise FileNotFoundError(
-            f"could not load the sentence encoder's config and tokenizer from '{text_encoder}': {error}. Pass "
-            "--text-encoder DIR, a local copy of princeton-nlp/sup-simcse-roberta-base (config and tokenizer files)"
-        ) from None
+    text_config, text_tokenizer = load_sentence_encoder(text_encoder)
     non_finite = [key for key, value in loaded["state_dict"].items() if isinstance(value, torch.Tensor)
                   and value.is_floating_point() and not torch.isfinite(value).all()]  # fmt: skip
     if non_finite:
@@ -403,27 +374,9 @@ def convert_deneb_checkpoint(
         feature_size=config.feature_size,
         hidden_sizes=config.hidden_sizes,
     )
-    with staged_directory(output_dir) as staging:
-        save_remote_code_model(model, staging)
-        (staging / "README.md").write_text(card, encoding="utf-8")
-    verify_saved_model(model, output_dir)
+    write_model_directory(model, card, output_dir)
     log(f"wrote {output_dir} (reloaded: every tensor equal to the conversion)")
     return model
-
-
-def verify_saved_model(model: DenebModel, output_dir: Path):
-    """Reload `output_dir` and check that every tensor equals the converted model's."""
-    reloaded = DenebModel.from_pretrained(output_dir, dtype=torch.float32).state_dict()
-    converted = model.state_dict()
-    different = sorted(
-        key for key in converted.keys() | reloaded.keys()
-        if key not in converted or key not in reloaded or not torch.equal(converted[key], reloaded[key])
-    )  # fmt: skip
-    if different:
-        raise RuntimeError(
-            f"the saved directory '{output_dir}' does not reproduce the conversion ({len(different)} tensors differ, "
-            f"e.g. {different[:3]}): check the installed transformers/safetensors versions"
-        )
 
 
 __all__ = ["convert_deneb_checkpoint", "convert_deneb_state_dict", "load_deneb_checkpoint"]

@@ -4,7 +4,7 @@ transformers, MLP head)."""
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig, RobertaConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .sentence_mix import ROBERTA_BASE
+from .sentence_mix import ROBERTA_BASE, SentenceEncoderConfigMixin
 
 DENEB_MODES = ("per_item", "official")
 # Blocks of the head's input (docs/spec/deneb.md#head): the image Sim-Vec summary, the text Sim-Vec summary and the
@@ -40,7 +40,7 @@ LAION_IMAGE_MEAN = [0.5, 0.5, 0.5]
 LAION_IMAGE_STD = [0.5, 0.5, 0.5]
 
 
-class DenebConfig(PreTrainedConfig):
+class DenebConfig(SentenceEncoderConfigMixin, PreTrainedConfig):
     r"""
     Configuration of a [`DenebModel`][modeling_pacs.DenebModel]: DENEB (Matsuda et al., ACCV 2024), a supervised,
     reference-based caption metric robust to hallucinations.
@@ -163,19 +163,9 @@ class DenebConfig(PreTrainedConfig):
         return self.text_config.hidden_size
 
     @property
-    def num_mixed_layers(self) -> int:
-        """Hidden states mixed by the ScalarMix: the embedding output and one per layer (13 for RoBERTa-base)."""
-        return self.text_config.num_hidden_layers + 1
-
-    @property
     def feature_size(self) -> int:
         """Width of the head's input: `3 x 2 x hidden` (4608 for the authors' model)."""
         return HEAD_BLOCKS * 2 * self.hidden_size
-
-    @property
-    def max_text_tokens(self) -> int:
-        """Longest RoBERTa input, special tokens included (512 for RoBERTa-base: 514 positions minus padding)."""
-        return self.text_config.max_position_embeddings - self.text_config.pad_token_id - 1
 
     @property
     def variant(self) -> str:

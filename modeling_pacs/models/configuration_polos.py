@@ -3,7 +3,7 @@
 from transformers import AutoConfig, CLIPConfig, PreTrainedConfig, RobertaConfig
 from transformers.configuration_utils import SubConfigSpec
 
-from .sentence_mix import ROBERTA_BASE
+from .sentence_mix import ROBERTA_BASE, SentenceEncoderConfigMixin
 
 POLOS_MODES = ("per_item", "official")
 # Number of CLIP blocks in the feature vector (docs/spec/polos.md#features): v, c, |v-c|, v*c, |r-c|, r*c.
@@ -12,7 +12,7 @@ CLIP_BLOCKS = 6
 TEXT_BLOCKS = 4
 
 
-class PolosConfig(PreTrainedConfig):
+class PolosConfig(SentenceEncoderConfigMixin, PreTrainedConfig):
     r"""
     Configuration of a [`PolosModel`][modeling_pacs.PolosModel]: Polos (Wada et al., CVPR 2024), a supervised
     reference-based caption metric.
@@ -97,19 +97,9 @@ class PolosConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
 
     @property
-    def num_mixed_layers(self) -> int:
-        """Hidden states mixed by the ScalarMix: the embedding output and one per layer (13 for RoBERTa-base)."""
-        return self.text_config.num_hidden_layers + 1
-
-    @property
     def feature_size(self) -> int:
         """Width of the head's input: `4 * text hidden + 6 * CLIP projection` (6144 for the released model)."""
         return TEXT_BLOCKS * self.text_config.hidden_size + CLIP_BLOCKS * self.clip_config.projection_dim
-
-    @property
-    def max_text_tokens(self) -> int:
-        """Longest RoBERTa input, special tokens included (512 for RoBERTa-base: 514 positions minus padding)."""
-        return self.text_config.max_position_embeddings - self.text_config.pad_token_id - 1
 
     @property
     def variant(self) -> str:

@@ -20,39 +20,29 @@ shared by a chunk of items, and cuts every item of a chunk to the chunk's smalle
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer, PreTrainedModel, RobertaModel
+from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput, logging
 
-from .artifacts import check_model_directory, explain_load_errors, warn_if_random_weights
-from .configuration_deneb import DENEB_MODES, DenebConfig
-from .configuration_pacs import PACSConfig
-from .fast_clip import FastEncoderSlot
-from .fast_roberta import FastRoberta
-from .inputs import (
-    SHORTEN_FIX,
-    ImageInput,
-    check_captions,
-    check_media_count,
-    check_positive_int,
-    check_references,
-    deduplicate,
-    image_key,
-    untruncated_token_ids,
+from .clip_roberta import (
+    ClipRobertaMixin,
+    check_required_references,
+    check_score_arguments,
+    cut_references_to_chunks,
+    init_sentence_mix_weights,
+    right_padded,
+    sentence_labels,
 )
-from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
+from .configuration_deneb import DENEB_MODES, DenebConfig
+from .inputs import SHORTEN_FIX, ImageInput, check_captions, check_media_count
 from .scoring import mean_or_nan
 from .scoring_deneb import sim_vec_sequences, with_class_token
-from .sentence_mix import MLPHead, ScalarMix, sentence_statistics
+from .sentence_mix import MLPHead, sentence_statistics
 
 logger = logging.get_logger(__name__)
-
-CLIP_TOKENIZER_FOLDER = "clip_tokenizer"
-TEXT_TOKENIZER_FOLDER = "text_tokenizer"
 
 
 @dataclass
@@ -116,17 +106,13 @@ class DenebPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         # CLIP and RoBERTa are PreTrainedModels and initialise their own modules.
-        if isinstance(module, ScalarMix):
-            init.zeros_(module.layer_weights)
-            init.ones_(module.gamma)
-        elif isinstance(module, DenebSequenceEncoder):
+        if isinstance(module, DenebSequenceEncoder):
             init.normal_(module.class_token, std=1e-6)  # the authors' init of cls_token1 / cls_token2
-        elif isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=0.02)
-            init.zeros_(module.bias)
+        else:
+            init_sentence_mix_weights(module)
 
 
-class DenebModel(DenebPreTrainedModel):
+class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
     r"""
     DENEB: scores a candidate caption against its image and all its references at once, in (0, 1).
 
@@ -144,20 +130,12 @@ class DenebModel(DenebPreTrainedModel):
     """
 
     truncation_fix = SHORTEN_FIX
+    metric_name = "DENEB"
 
     def __init__(self, config: DenebConfig):
         super().__init__(config)
-        clip_config = PACSConfig(
-            backbone_config=config.clip_config,
-            variant="clip_s",
-            adapter_path=None,
-            prompt_prefix=config.prompt_prefix,
-            max_text_length=config.max_text_length,
-        )
-        self.clip_encoder = PACSModel(clip_config)
+        self.build_clip_roberta(config)
         self.clip_encoder.image_normalisation = (tuple(config.image_mean), tuple(config.image_std))
-        self.text_encoder = RobertaModel(config.text_config, add_pooling_layer=False)
-        self.scalar_mix = ScalarMix(config.num_mixed_layers, config.scalar_mix_dropout)
         # The authors' `upsampler` (CLIP pairs) and `upsampler2` (sentence pairs).
         self.clip_projection = nn.Linear(config.hidden_size, config.hidden_size)
         self.text_projection = nn.Linear(config.hidden_size, config.hidden_size)
@@ -165,90 +143,30 @@ class DenebModel(DenebPreTrainedModel):
         self.clip_sequence_encoder = DenebSequenceEncoder(config)
         self.text_sequence_encoder = DenebSequenceEncoder(config)
         self.head = MLPHead(config.feature_size, config.hidden_sizes, config.dropout)
-        self.text_tokenizer = None
         # On CPU in fp32, in eval mode without gradients, RoBERTa runs `fast_roberta` (same embeddings, less work).
-        self.fast_cpu_encoders = True
-        self._fast_text_encoder = FastEncoderSlot(FastRoberta.build)
+        self.build_fast_text_encoder()
         self.post_init()
-
-    @property
-    def clip_tokenizer(self):
-        """The CLIP tokenizer (held by the engine's CLIP encoder)."""
-        return self.clip_encoder.tokenizer
-
-    @clip_tokenizer.setter
-    def clip_tokenizer(self, tokenizer):
-        self.clip_encoder.tokenizer = tokenizer
 
     # ------------------------------------------------------------------------------------------------ loading
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load weights and both tokenizers (from the sub-folders `clip_tokenizer/` and `text_tokenizer/`)."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
-        hub_kwargs = hub_download_kwargs(kwargs)
-        check_model_directory(name_or_path)
-        with explain_load_errors(name_or_path):
-            model = load_or_explain(
-                lambda: super(DenebModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
-                name_or_path,
-                missing_deneb_message,
-            )
-        model.clip_tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, subfolder=CLIP_TOKENIZER_FOLDER, config=model.config.clip_config, **hub_kwargs
+        return cls.load_with_tokenizers(
+            lambda: super(DenebModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+            name_or_path,
+            kwargs,
+            missing_deneb_message,
+            logger,
         )
-        model.text_tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, subfolder=TEXT_TOKENIZER_FOLDER, config=model.config.text_config, **hub_kwargs
-        )
-        warn_if_random_weights(model.config, name_or_path, logger)
-        return model
-
-    def save_pretrained(self, save_directory, **kwargs):
-        """Save config, weights and both tokenizers (in `clip_tokenizer/` and `text_tokenizer/`)."""
-        save_directory = Path(save_directory)
-        super().save_pretrained(save_directory, **kwargs)
-        if self.clip_tokenizer is not None:
-            self.clip_tokenizer.save_pretrained(save_directory / CLIP_TOKENIZER_FOLDER)
-        if self.text_tokenizer is not None:
-            self.text_tokenizer.save_pretrained(save_directory / TEXT_TOKENIZER_FOLDER)
-        make_world_readable(save_directory)
 
     # ------------------------------------------------------------------------------------------------ encoding
-    def tokenize_sentences(self, texts: list[str], labels: list[str]) -> list[list[int]]:
-        """RoBERTa ids of each raw text (no prefix), as the authors' `HFTextEncoder.encode`. A text longer than the
-        encoder's positions (512 tokens for RoBERTa-base) is refused, naming it (the authors' code crashes on it)."""
-        if self.text_tokenizer is None:
-            raise ValueError(
-                "this DenebModel has no RoBERTa tokenizer: load it with from_pretrained, or set "
-                "model.text_tokenizer = AutoTokenizer.from_pretrained('princeton-nlp/sup-simcse-roberta-base')"
-            )
-        if not texts:
-            return []
-        ids = untruncated_token_ids(self.text_tokenizer, texts)
-        limit = self.config.max_text_tokens
-        for label, text, token_ids in zip(labels, texts, ids):
-            if len(token_ids) > limit:
-                raise ValueError(
-                    f"{label} ({text[:40]!r}...) has {len(token_ids)} RoBERTa tokens, more than the {limit} the "
-                    "sentence encoder accepts: shorten it (DENEB refuses such captions instead of cutting them)"
-                )
-        return ids
-
-    def fast_text_encoder(self) -> FastRoberta | None:
-        """`fast_roberta`'s encoder for the current weights, or None where it does not apply (`fast_cpu_encoders`
-        off, training mode, gradients enabled, not fp32 on CPU)."""
-        if not self.fast_cpu_encoders or self.text_encoder.training or torch.is_grad_enabled():
-            return None
-        return self._fast_text_encoder.get(self.text_encoder)
-
     def sentence_embeddings(self, token_ids: list[list[int]], groups: list[int]) -> torch.Tensor:
         """The mixed CLS embedding of each sentence; sentences of one group share the ScalarMix statistics, as one of
         the authors' RoBERTa calls normalises its whole batch together."""
         if not token_ids:
             return torch.zeros(0, self.config.hidden_size)
-        lengths = [len(ids) for ids in token_ids]
-        input_ids = torch.full((len(token_ids), max(lengths)), self.config.text_config.pad_token_id, dtype=torch.long)
-        for row, ids in enumerate(token_ids):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        input_ids, lengths = right_padded(token_ids, self.config.text_config.pad_token_id)
         fast = self.fast_text_encoder()
         if fast is not None:
             statistics = fast.statistics(input_ids, lengths)
@@ -330,15 +248,8 @@ class DenebModel(DenebPreTrainedModel):
             CLIP's text encoder dropped (`truncated_tokens`, `truncated_reference_tokens`).
         """
         mode = mode or self.config.mode
-        if mode not in DENEB_MODES:
-            raise ValueError(f"mode must be one of {list(DENEB_MODES)}, got {mode!r}")
         batch_size = self.config.official_batch_size if batch_size is None else batch_size
-        for name, value in (
-            ("batch_size", batch_size),
-            ("image_batch_size", image_batch_size),
-            ("text_batch_size", text_batch_size),
-        ):
-            check_positive_int(value, name)
+        check_score_arguments(mode, DENEB_MODES, batch_size, image_batch_size, text_batch_size)
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
         check_media_count(images, candidates)
@@ -346,19 +257,10 @@ class DenebModel(DenebPreTrainedModel):
         if mode == "official":
             references = cut_references_to_chunks(references, batch_size)
 
-        unique_images, image_index, first_items = deduplicate(images, image_key)
-        image_embeds = self.clip_encoder.encode_images(
-            unique_images, image_batch_size, progress, item_indices=first_items
-        )[image_index]
-        flat_references = [reference for item_references in references for reference in item_references]
-        unique_texts, text_index, first_text = deduplicate(candidates + flat_references, lambda text: text)
-        clip_embeds = self.clip_encoder.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
-        labels = [f"candidate {item}" for item in range(len(candidates))]
-        labels += [
-            f"reference {position} of item {item}"
-            for item, item_references in enumerate(references)
-            for position in range(len(item_references))
-        ]
+        image_embeds, clip_embeds, unique_texts, text_index, first_text, _ = self.encode_clip_side(
+            images, candidates, references, image_batch_size, text_batch_size, progress
+        )
+        labels = sentence_labels(len(candidates), references)
         unique_ids = self.tokenize_sentences(unique_texts, [labels[position] for position in first_text])
         token_ids = [unique_ids[index] for index in text_index.tolist()]
         if mode == "per_item":
@@ -435,14 +337,7 @@ def missing_deneb_message(name_or_path: str) -> str:
 
 def check_deneb_references(references, num_candidates: int, max_references: int) -> list[list[str]]:
     """References are required: one non-empty list of strings per candidate, at most `max_references` each."""
-    if references is None:
-        raise ValueError(
-            "DENEB is a reference-based metric and has no reference-free mode: pass references, one non-empty list "
-            "of reference captions per candidate (or use PAC-S++ / CLIP-S for reference-free scoring)"
-        )
-    references = check_references(
-        references, num_candidates, empty_fix="DENEB has no reference-free mode: drop the item or add its references"
-    )
+    references = check_required_references(references, num_candidates, "DENEB")
     for item, item_references in enumerate(references):
         if len(item_references) > max_references:
             raise ValueError(
@@ -450,16 +345,6 @@ def check_deneb_references(references, num_candidates: int, max_references: int)
                 "positional encodings cover: keep at most that many"
             )
     return references
-
-
-def cut_references_to_chunks(references: list[list[str]], batch_size: int) -> list[list[str]]:
-    """The authors' `collate_tensors` transposes references: each chunk keeps its items' first `min(count)`."""
-    cut = []
-    for start in range(0, len(references), batch_size):
-        chunk = references[start : start + batch_size]
-        keep = min(len(item_references) for item_references in chunk)
-        cut.extend(item_references[:keep] for item_references in chunk)
-    return cut
 
 
 __all__ = ["DenebModel", "DenebPreTrainedModel", "DenebScoreOutput", "check_deneb_references"]

@@ -19,32 +19,24 @@ smallest reference count. Two modes:
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from torch import nn
-from transformers import AutoTokenizer, PreTrainedModel, RobertaModel
-from transformers import initialization as init
+from transformers import PreTrainedModel
 from transformers.utils import ModelOutput, logging
 
-from .artifacts import check_model_directory, explain_load_errors, warn_if_random_weights
-from .configuration_pacs import PACSConfig
+from .clip_roberta import (
+    ClipRobertaMixin,
+    check_required_references,
+    check_score_arguments,
+    cut_references_to_chunks,
+    init_sentence_mix_weights,
+    right_padded,
+    sentence_labels,
+)
 from .configuration_polos import POLOS_MODES, PolosConfig
 from .fast_clip import FastEncoderSlot
-from .fast_polos import FastPolosHead, FastRoberta
-from .inputs import (
-    SHORTEN_FIX,
-    ImageInput,
-    check_captions,
-    check_media_count,
-    check_media_list,
-    check_positive_int,
-    check_references,
-    deduplicate,
-    image_key,
-    untruncated_token_ids,
-)
-from .modeling_pacs import PACSModel, hub_download_kwargs, load_or_explain, make_world_readable
+from .fast_polos import FastPolosHead
+from .inputs import SHORTEN_FIX, ImageInput, check_captions, check_media_count, check_media_list
 from .scoring import max_by_owner, mean_or_nan
 from .scoring_polos import (
     SentenceStatistics,
@@ -52,12 +44,8 @@ from .scoring_polos import (
     sentence_statistics,
 )
 from .sentence_mix import MLPHead as PolosHead
-from .sentence_mix import ScalarMix as PolosScalarMix
 
 logger = logging.get_logger(__name__)
-
-CLIP_TOKENIZER_FOLDER = "clip_tokenizer"
-TEXT_TOKENIZER_FOLDER = "text_tokenizer"
 
 
 @dataclass
@@ -103,15 +91,10 @@ class PolosPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         # CLIP and RoBERTa are PreTrainedModels and initialise their own modules.
-        if isinstance(module, PolosScalarMix):
-            init.zeros_(module.layer_weights)
-            init.ones_(module.gamma)
-        elif isinstance(module, nn.Linear):
-            init.normal_(module.weight, mean=0.0, std=0.02)
-            init.zeros_(module.bias)
+        init_sentence_mix_weights(module)
 
 
-class PolosModel(PolosPreTrainedModel):
+class PolosModel(ClipRobertaMixin, PolosPreTrainedModel):
     r"""
     Polos: scores a candidate caption against its image and its references, in (0, 1).
 
@@ -130,25 +113,15 @@ class PolosModel(PolosPreTrainedModel):
 
     # What the warning and the command lines advise for captions past CLIP's context (Polos has no piecewise mode).
     truncation_fix = SHORTEN_FIX
+    metric_name = "Polos"
 
     def __init__(self, config: PolosConfig):
         super().__init__(config)
-        clip_config = PACSConfig(
-            backbone_config=config.clip_config,
-            variant="clip_s",
-            adapter_path=None,
-            prompt_prefix=config.prompt_prefix,
-            max_text_length=config.max_text_length,
-        )
-        self.clip_encoder = PACSModel(clip_config)
-        self.text_encoder = RobertaModel(config.text_config, add_pooling_layer=False)
-        self.scalar_mix = PolosScalarMix(config.num_mixed_layers, config.scalar_mix_dropout)
+        self.build_clip_roberta(config)
         self.head = PolosHead(config.feature_size, config.hidden_sizes, config.dropout)
-        self.text_tokenizer = None
         # On CPU in fp32, in eval mode without gradients, RoBERTa and the head run `fast_polos` (same scores, less
         # work; the CLIP side follows `clip_encoder.fast_cpu_encoders`). False: transformers' forward.
-        self.fast_cpu_encoders = True
-        self._fast_text_encoder = FastEncoderSlot(FastRoberta.build)
+        self.build_fast_text_encoder()
         self._fast_head = FastEncoderSlot(FastPolosHead.build)
         self.post_init()
 
@@ -157,71 +130,18 @@ class PolosModel(PolosPreTrainedModel):
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load weights and both tokenizers."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
-        hub_kwargs = hub_download_kwargs(kwargs)
-        check_model_directory(name_or_path)
-        with explain_load_errors(name_or_path):
-            model = load_or_explain(
-                lambda: super(PolosModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
-                name_or_path,
-                missing_polos_message,
-            )
-        model.clip_tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, subfolder=CLIP_TOKENIZER_FOLDER, config=model.config.clip_config, **hub_kwargs
+        return cls.load_with_tokenizers(
+            lambda: super(PolosModel, cls).from_pretrained(name_or_path, *model_args, **kwargs),
+            name_or_path,
+            kwargs,
+            missing_polos_message,
+            logger,
         )
-        model.text_tokenizer = AutoTokenizer.from_pretrained(
-            name_or_path, subfolder=TEXT_TOKENIZER_FOLDER, config=model.config.text_config, **hub_kwargs
-        )
-        warn_if_random_weights(model.config, name_or_path, logger)
-        return model
-
-    @property
-    def clip_tokenizer(self):
-        """The CLIP tokenizer (held by the engine's CLIP encoder)."""
-        return self.clip_encoder.tokenizer
-
-    @clip_tokenizer.setter
-    def clip_tokenizer(self, tokenizer):
-        self.clip_encoder.tokenizer = tokenizer
-
-    def save_pretrained(self, save_directory, **kwargs):
-        """Save config, weights and both tokenizers (in `clip_tokenizer/` and `text_tokenizer/`)."""
-        save_directory = Path(save_directory)
-        super().save_pretrained(save_directory, **kwargs)
-        if self.clip_tokenizer is not None:
-            self.clip_tokenizer.save_pretrained(save_directory / CLIP_TOKENIZER_FOLDER)
-        if self.text_tokenizer is not None:
-            self.text_tokenizer.save_pretrained(save_directory / TEXT_TOKENIZER_FOLDER)
-        make_world_readable(save_directory)
 
     # ------------------------------------------------------------------------------------------------ encoding
-    def tokenize_sentences(self, texts: list[str], labels: list[str]) -> list[list[int]]:
-        """RoBERTa ids of each raw text (no prefix, no whitespace normalisation), encoded alone as the official code
-        does. A text longer than the encoder's positions (512 tokens for RoBERTa-base) is refused, naming it:
-        the official code crashes on it, and cutting it silently would score a different caption."""
-        if self.text_tokenizer is None:
-            raise ValueError(
-                "this PolosModel has no RoBERTa tokenizer: load it with from_pretrained, or set "
-                "model.text_tokenizer = AutoTokenizer.from_pretrained('princeton-nlp/sup-simcse-roberta-base')"
-            )
-        if not texts:
-            return []
-        ids = untruncated_token_ids(self.text_tokenizer, texts)
-        limit = self.config.max_text_tokens
-        for label, text, token_ids in zip(labels, texts, ids):
-            if len(token_ids) > limit:
-                raise ValueError(
-                    f"{label} ({text[:40]!r}...) has {len(token_ids)} RoBERTa tokens, more than the {limit} the "
-                    "sentence encoder accepts: shorten it (Polos refuses such captions instead of cutting them)"
-                )
-        return ids
-
     def text_hidden_states(self, token_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         """All hidden states `[L, B, T, D]` (embedding output first) of right-padded ids, and the `[B, T]` mask."""
-        lengths = [len(ids) for ids in token_ids]
-        pad_id = self.config.text_config.pad_token_id
-        input_ids = torch.full((len(token_ids), max(lengths)), pad_id, dtype=torch.long)
-        for row, ids in enumerate(token_ids):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        input_ids, lengths = right_padded(token_ids, self.config.text_config.pad_token_id)
         attention_mask = (torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]).long()
         outputs = self.text_encoder(
             input_ids=input_ids.to(self.device),
@@ -229,13 +149,6 @@ class PolosModel(PolosPreTrainedModel):
             output_hidden_states=True,
         )
         return torch.stack(outputs.hidden_states), attention_mask.to(self.device)
-
-    def fast_text_encoder(self) -> FastRoberta | None:
-        """`fast_polos`'s RoBERTa for the current weights, or None where it does not apply (`fast_cpu_encoders` off,
-        training mode, gradients enabled, not fp32 on CPU)."""
-        if not self.fast_cpu_encoders or self.text_encoder.training or torch.is_grad_enabled():
-            return None
-        return self._fast_text_encoder.get(self.text_encoder)
 
     def fast_head(self) -> FastPolosHead | None:
         """`fast_polos`'s head for the current weights, or None where it does not apply (as `fast_text_encoder`)."""
@@ -248,10 +161,7 @@ class PolosModel(PolosPreTrainedModel):
         fast = self.fast_text_encoder()
         if fast is None:
             return sentence_statistics(*self.text_hidden_states(token_ids))
-        lengths = [len(ids) for ids in token_ids]
-        input_ids = torch.full((len(token_ids), max(lengths)), self.config.text_config.pad_token_id, dtype=torch.long)
-        for row, ids in enumerate(token_ids):
-            input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        input_ids, lengths = right_padded(token_ids, self.config.text_config.pad_token_id)
         return fast.statistics(input_ids, lengths)
 
     def sentence_embeddings(self, token_ids: list[list[int]], groups: list[int]) -> torch.Tensor:
@@ -317,15 +227,8 @@ class PolosModel(PolosPreTrainedModel):
             `truncated_reference_tokens`; one `LongCaptionWarning` per kind of text when any was cut).
         """
         mode = mode or self.config.mode
-        if mode not in POLOS_MODES:
-            raise ValueError(f"mode must be one of {list(POLOS_MODES)}, got {mode!r}")
         batch_size = self.config.official_batch_size if batch_size is None else batch_size
-        for name, value in (
-            ("batch_size", batch_size),
-            ("image_batch_size", image_batch_size),
-            ("text_batch_size", text_batch_size),
-        ):
-            check_positive_int(value, name)
+        check_score_arguments(mode, POLOS_MODES, batch_size, image_batch_size, text_batch_size)
         candidates = check_captions(candidates)
         images = check_media_list(images)
         check_media_count(images, candidates)
@@ -333,22 +236,13 @@ class PolosModel(PolosPreTrainedModel):
         if mode == "official":
             references = cut_references_to_chunks(references, batch_size)
 
-        unique_images, image_index, first_items = deduplicate(images, image_key)
-        image_embeds = self.clip_encoder.encode_images(
-            unique_images, image_batch_size, progress, item_indices=first_items
-        )[image_index]
+        image_embeds, clip_embeds, unique_texts, text_index, first_text, flat_references = self.encode_clip_side(
+            images, candidates, references, image_batch_size, text_batch_size, progress
+        )
         owner = [item for item, item_references in enumerate(references) for _ in item_references]
-        flat_references = [reference for item_references in references for reference in item_references]
-        unique_texts, text_index, first_text = deduplicate(candidates + flat_references, lambda text: text)
-        clip_embeds = self.clip_encoder.encode_texts(unique_texts, text_batch_size, progress=progress)[text_index]
         candidate_clip, reference_clip = clip_embeds[: len(candidates)], clip_embeds[len(candidates) :]
 
-        labels = [f"candidate {item}" for item in range(len(candidates))]
-        labels += [
-            f"reference {position} of item {item}"
-            for item, item_references in enumerate(references)
-            for position in range(len(item_references))
-        ]
+        labels = sentence_labels(len(candidates), references)
         if mode == "per_item":
             token_ids = self.tokenize_sentences(unique_texts, [labels[position] for position in first_text])
             sentence_embeds = self.encode_sentences(token_ids, text_batch_size, progress)[text_index]
@@ -422,24 +316,7 @@ def missing_polos_message(name_or_path: str) -> str:
 
 def check_polos_references(references, num_candidates: int) -> list[list[str]]:
     """References are required: one non-empty list of strings (or one string) per candidate."""
-    if references is None:
-        raise ValueError(
-            "Polos is a reference-based metric and has no reference-free mode: pass references, one non-empty "
-            "list of reference captions per candidate (or use PAC-S++ / CLIP-S for reference-free scoring)"
-        )
-    return check_references(
-        references, num_candidates, empty_fix="Polos has no reference-free mode: drop the item or add its references"
-    )
-
-
-def cut_references_to_chunks(references: list[list[str]], batch_size: int) -> list[list[str]]:
-    """The official `collate_tensors` transposes references: each chunk keeps its items' first `min(count)`."""
-    cut = []
-    for start in range(0, len(references), batch_size):
-        chunk = references[start : start + batch_size]
-        keep = min(len(item_references) for item_references in chunk)
-        cut.extend(item_references[:keep] for item_references in chunk)
-    return cut
+    return check_required_references(references, num_candidates, "Polos")
 
 
 __all__ = ["PolosModel", "PolosPreTrainedModel", "PolosScoreOutput", "check_polos_references"]

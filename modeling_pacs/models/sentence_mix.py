@@ -169,7 +169,22 @@ class MLPHead(nn.Module):
         return mlp_head(features, weights, biases, self.dropout, self.training)
 
 
+class SentenceEncoderConfigMixin:
+    """Properties of a config whose `text_config` is the RoBERTa sentence encoder read through a ScalarMix."""
+
+    @property
+    def num_mixed_layers(self) -> int:
+        """Hidden states mixed by the ScalarMix: the embedding output and one per layer (13 for RoBERTa-base)."""
+        return self.text_config.num_hidden_layers + 1
+
+    @property
+    def max_text_tokens(self) -> int:
+        """Longest RoBERTa input, special tokens included (512 for RoBERTa-base: 514 positions minus padding)."""
+        return self.text_config.max_position_embeddings - self.text_config.pad_token_id - 1
+
+
 __all__ = [
+    "SentenceEncoderConfigMixin",
     "DROPPED_LAYER_WEIGHT",
     "MLPHead",
     "ROBERTA_BASE",

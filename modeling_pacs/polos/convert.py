@@ -24,13 +24,22 @@ import re
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, RobertaModel
 
-from ..hub import save_remote_code_model
-from ..lightning_checkpoints import check_keys, load_lightning_checkpoint, read_hparams
+from ..lightning_checkpoints import (
+    check_head_dim,
+    check_keys,
+    check_sentence_encoder,
+    fill_model,
+    head_weights,
+    load_lightning_checkpoint,
+    load_sentence_encoder,
+    read_hparams,
+    scalar_mix_weights,
+    write_model_directory,
+)
 from ..models.configuration_polos import PolosConfig
 from ..models.modeling_polos import PolosModel
-from ..output_paths import check_output_directory, staged_directory
+from ..output_paths import check_output_directory
 from ..pacs.convert import (
     OPENAI_HEAD_DIM,
     CheckpointError,
@@ -190,37 +199,17 @@ def convert_polos_state_dict(
     check_keys("part clip.* (CLIP) does not match its geometry", parts["clip"], expected_shapes(geometry, False))
     clip_weights = to_transformers_state_dict(parts["clip"], geometry)
 
-    with torch.device("meta"):  # shapes only
-        text_model = RobertaModel(text_config, add_pooling_layer=False)
-    text_expected = {
-        key: tuple(value.shape)
-        for key, value in text_model.state_dict().items()
-        if key not in ("embeddings.position_ids", "embeddings.token_type_ids")
-    }
-    check_keys(
-        f"part encoder.model.* (sentence encoder) does not match the config of '{text_encoder_id}'",
-        parts["encoder"],
-        text_expected,
-    )
+    check_sentence_encoder(parts["encoder"], text_config, text_encoder_id)
     num_mixed = text_config.num_hidden_layers + 1
-    mix_expected = {f"scalar_parameters.{index}": (1,) for index in range(num_mixed)} | {"gamma": (1,)}
-    check_keys(
-        f"part scalar_mix.* (ScalarMix) does not match the sentence encoder's {num_mixed} hidden states",
-        parts["scalar_mix"],
-        mix_expected,
-    )
+    mix = scalar_mix_weights(parts["scalar_mix"], num_mixed)
 
     feature_size = 4 * text_config.hidden_size + 6 * geometry.embed_dim
     sizes = [feature_size, *hparams["hidden_sizes"], 1]
-    head_expected = {}
-    for index, (inputs, outputs) in enumerate(zip(sizes[:-1], sizes[1:]), start=1):
-        head_expected[f"ff.0.ff.linear_{index}.weight"] = (outputs, inputs)
-        head_expected[f"ff.0.ff.linear_{index}.bias"] = (outputs,)
-    check_keys(
+    head = head_weights(
         f"part ff.* (head) does not match the feature width 4*{text_config.hidden_size} + 6*{geometry.embed_dim} = "
         f"{feature_size} and hidden_sizes {hparams['hidden_sizes']}",
         parts["head"],
-        head_expected,
+        sizes,
     )
 
     config = PolosConfig(
@@ -234,19 +223,7 @@ def convert_polos_state_dict(
     model = PolosModel(config)
     weights = {f"clip_encoder.clip.{key}": value for key, value in clip_weights.items()}
     weights |= {f"text_encoder.{key}": value.float() for key, value in parts["encoder"].items()}
-    weights["scalar_mix.layer_weights"] = torch.cat(
-        [parts["scalar_mix"][f"scalar_parameters.{index}"].float() for index in range(num_mixed)]
-    )
-    weights["scalar_mix.gamma"] = parts["scalar_mix"]["gamma"].float()
-    for index in range(len(sizes) - 1):
-        for name in ("weight", "bias"):
-            weights[f"head.layers.{index}.{name}"] = parts["head"][f"ff.0.ff.linear_{index + 1}.{name}"].float()
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    buffers = {name for name, _ in model.named_buffers()}
-    missing = [key for key in missing if key not in buffers]
-    if missing or unexpected:
-        raise CheckpointError(layout_message("did not fill the PolosModel", missing, unexpected))
-    return model.eval()
+    return fill_model(model, weights | mix | head)
 
 
 def convert_polos_checkpoint(
@@ -266,19 +243,11 @@ def convert_polos_checkpoint(
     checkpoint_path = Path(checkpoint)
     output_dir = Path(output_dir)
     check_output_directory(output_dir, inputs=[checkpoint_path, hparams], overwrite=overwrite)
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
-        raise ValueError(f"head_dim must be a positive integer, got {head_dim!r}")
+    check_head_dim(head_dim)
     loaded = load_polos_checkpoint(checkpoint_path)
     settings = check_hparams(read_hparams(checkpoint_path, hparams, loaded))
     text_encoder = text_encoder or settings["pretrained_model"]
-    try:
-        text_config = AutoConfig.from_pretrained(text_encoder)
-        text_tokenizer = AutoTokenizer.from_pretrained(text_encoder)
-    except (OSError, ValueError) as error:
-        raise FileNotFoundError(
-            f"could not load the sentence encoder's config and tokenizer from '{text_encoder}': {error}. Pass "
-            "--text-encoder DIR, a local copy of princeton-nlp/sup-simcse-roberta-base (config and tokenizer files)"
-        ) from None
+    text_config, text_tokenizer = load_sentence_encoder(text_encoder)
     clip_dtypes = sorted({str(value.dtype).removeprefix("torch.") for key, value in loaded["state_dict"].items()
                           if key.startswith(CLIP_PREFIX)})  # fmt: skip
     model = convert_polos_state_dict(loaded["state_dict"], text_config, settings, head_dim, text_encoder)
@@ -307,32 +276,9 @@ def convert_polos_checkpoint(
         feature_size=model.config.feature_size,
         hidden_sizes=model.config.hidden_sizes,
     )
-    write_directory(model, card, output_dir)
-    verify_saved_model(model, output_dir)
+    write_model_directory(model, card, output_dir)
     log(f"wrote {output_dir} (reloaded: every tensor equal to the conversion)")
     return model
-
-
-def verify_saved_model(model: PolosModel, output_dir: Path):
-    """Reload `output_dir` and check that every tensor equals the converted model's."""
-    reloaded = PolosModel.from_pretrained(output_dir, dtype=torch.float32).state_dict()
-    converted = model.state_dict()
-    different = sorted(
-        key for key in converted.keys() | reloaded.keys()
-        if key not in converted or key not in reloaded or not torch.equal(converted[key], reloaded[key])
-    )  # fmt: skip
-    if different:
-        raise RuntimeError(
-            f"the saved directory '{output_dir}' does not reproduce the conversion ({len(different)} tensors differ, "
-            f"e.g. {different[:3]}): check the installed transformers/safetensors versions"
-        )
-
-
-def write_directory(model: PolosModel, card: str, output_dir: Path):
-    """Save into a staging folder renamed into place: a crash never leaves a half-written `output_dir`."""
-    with staged_directory(output_dir) as staging:
-        save_remote_code_model(model, staging)
-        (staging / "README.md").write_text(card, encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------------- command line

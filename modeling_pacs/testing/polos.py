@@ -5,12 +5,10 @@ from pathlib import Path
 
 import torch
 
-from ..hub import save_remote_code_model
 from ..models.configuration_polos import PolosConfig
 from ..models.modeling_polos import PolosModel
-from ..tokenization import build_clip_tokenizer
 from .pacs import tiny_clip_config
-from .roberta import build_tiny_roberta_tokenizer, tiny_roberta_config
+from .roberta import build_tiny_roberta_tokenizer, finish_tiny_model, tiny_roberta_config
 
 TINY_MODEL_CARD = """---
 license: mit
@@ -53,14 +51,7 @@ def make_tiny_polos_model(
         for layer in model.head.layers:
             layer.weight.normal_(0.0, 0.3)
             layer.bias.normal_(0.0, 0.1)
-    model.clip_tokenizer = build_clip_tokenizer(config.max_text_length)
-    model.text_tokenizer = text_tokenizer
-    if output_dir is not None:
-        save_remote_code_model(model, output_dir)
-        card = Path(output_dir) / "README.md"
-        card.write_text(TINY_MODEL_CARD.format(seed=seed, width=width), encoding="utf-8")
-        card.chmod(0o644)
-    return model
+    return finish_tiny_model(model, text_tokenizer, output_dir, TINY_MODEL_CARD.format(seed=seed, width=width))
 
 
 def make_tiny(directory: str | Path, variant: str, backbone: str, seed: int) -> None:

@@ -3,6 +3,7 @@ small byte-level BPE tokenizer trained in code with RoBERTa's special ids (<s>=0
 config of RoBERTa's geometry."""
 
 import tempfile
+from pathlib import Path
 
 from transformers import RobertaConfig, RobertaTokenizer
 
@@ -54,4 +55,25 @@ def tiny_roberta_config(vocab_size: int, hidden_size: int = 32, num_layers: int 
     )
 
 
-__all__ = ["ROBERTA_SPECIAL_TOKENS", "TINY_CORPUS", "build_tiny_roberta_tokenizer", "tiny_roberta_config"]
+def finish_tiny_model(model, text_tokenizer, output_dir, card_text: str):
+    """Give a tiny CLIP + RoBERTa model its two tokenizers and, with `output_dir`, save it with its model card."""
+    from ..hub import save_remote_code_model
+    from ..tokenization import build_clip_tokenizer
+
+    model.clip_tokenizer = build_clip_tokenizer(model.config.max_text_length)
+    model.text_tokenizer = text_tokenizer
+    if output_dir is not None:
+        save_remote_code_model(model, output_dir)
+        card = Path(output_dir) / "README.md"
+        card.write_text(card_text, encoding="utf-8")
+        card.chmod(0o644)
+    return model
+
+
+__all__ = [
+    "ROBERTA_SPECIAL_TOKENS",
+    "TINY_CORPUS",
+    "build_tiny_roberta_tokenizer",
+    "finish_tiny_model",
+    "tiny_roberta_config",
+]
