@@ -415,7 +415,13 @@ def load_models(entries: list[MetricEntry], device: str | None, dtype: str | Non
 
     PACSModel.defer_adapter_merge = True
     try:
-        return {entry.name: load_model(entry.name, device=device, dtype=dtype) for entry in entries}
+        models = {}
+        for entry in entries:
+            models[entry.name] = load_model(entry.name, device=device, dtype=dtype)
+            # Shared as they load: a duplicate's weights are dropped before the next model's are read.
+            candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", 0) is None}
+            share_identical_backbones(candidates, merge_unshared=False)
+        return models
     finally:
         PACSModel.defer_adapter_merge = False
 
@@ -440,7 +446,7 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     return cache if shared else None
 
 
-def share_identical_backbones(models: dict[str, Any]) -> None:
+def share_identical_backbones(models: dict[str, Any], merge_unshared: bool = True) -> None:
     """Models whose backbones hold the very same weights (CLIP-S and PAC-S of one backbone, one checkpoint under two
     names) keep one copy: the later ones read the first one's backbone (and its packed fast encoders), so their
     memory is that of one model; their configs (`w`, prompt, names) stay their own.
@@ -461,12 +467,12 @@ def share_identical_backbones(models: dict[str, Any]) -> None:
             continue  # an unmerged adapter wraps the backbone's layers: left as it is
         state = model.clip.state_dict()
         for first in kept:
-            if same_tensors(first.clip.state_dict(), state):
+            if model.clip is first.clip or same_tensors(first.clip.state_dict(), state):
                 model.clip, model._fast_encoders = first.clip, first._fast_encoders
                 break
         else:
             kept.append(model)
-    for model in deferred:
+    for model in deferred if merge_unshared else ():
         base = {name.replace(".base_layer.", "."): name for name in model.clip.state_dict() if "lora_" not in name}
         state = {plain: tensor for plain, tensor in zip(base, (model.clip.state_dict()[name] for name in base.values()))}
         first = next((first for first in kept if same_tensors(first.clip.state_dict(), state)), None)
