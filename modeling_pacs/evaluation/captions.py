@@ -407,9 +407,23 @@ def decode_images(images: list) -> list:
 
 
 def load_models(entries: list[MetricEntry], device: str | None, dtype: str | None) -> dict[str, Any]:
+    """The models of `entries`, loaded once each. PAC-S++ adapters load unmerged (`PACSModel.defer_adapter_merge`):
+    `share_identical_backbones` keeps one whose base weights another model holds on those weights, and merges the
+    others (then each model is as `pacs-score` loads it)."""
     from ..loading import load_model
+    from ..models.modeling_pacs import PACSModel
 
-    return {entry.name: load_model(entry.name, device=device, dtype=dtype) for entry in entries}
+    PACSModel.defer_adapter_merge = True
+    try:
+        models = {}
+        for entry in entries:
+            models[entry.name] = load_model(entry.name, device=device, dtype=dtype)
+            # Shared as they load: a duplicate's weights are dropped before the next model's are read.
+            candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", 0) is None}
+            share_identical_backbones(candidates, merge_unshared=False)
+        return models
+    finally:
+        PACSModel.defer_adapter_merge = False
 
 
 def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
@@ -419,9 +433,9 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     from ..models.embedding_cache import IMAGE, EmbeddingCache
 
     candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", False) is None}
+    share_identical_backbones(candidates)
     if len(candidates) < 2:
         return None
-    share_identical_backbones(candidates)
     cache = EmbeddingCache(max_entries=max_entries)
     groups: dict[str, list[str]] = {}
     for name, model in candidates.items():
@@ -432,28 +446,59 @@ def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
     return cache if shared else None
 
 
-def share_identical_backbones(models: dict[str, Any]) -> None:
+def share_identical_backbones(models: dict[str, Any], merge_unshared: bool = True) -> None:
     """Models whose backbones hold the very same weights (CLIP-S and PAC-S of one backbone, one checkpoint under two
     names) keep one copy: the later ones read the first one's backbone (and its packed fast encoders), so their
-    memory is that of one model; their configs (`w`, prompt, names) stay their own."""
-    import torch
+    memory is that of one model; their configs (`w`, prompt, names) stay their own.
+
+    A PAC-S++ model whose adapter was loaded unmerged (`load_models`) on base weights that another model holds keeps
+    its adapter unmerged on that model's weight tensors: the backbone is stored once, and PAC-S++ pays the LoRA
+    matrices only (its scores within float rounding of the merged model's, on transformers' encoders instead of the
+    packed fast ones). Without such a model its adapter is merged, as `pacs-score` loads it."""
+    import gc
 
     kept: list[Any] = []
+    deferred = []
     for model in models.values():
+        if getattr(model, "merge_deferred", False):
+            deferred.append(model)
+            continue
         if model.peft_model is not None or not hasattr(model, "clip"):
             continue  # an unmerged adapter wraps the backbone's layers: left as it is
         state = model.clip.state_dict()
         for first in kept:
-            first_state = first.clip.state_dict()
-            if list(first_state) == list(state) and all(
-                first_state[name].dtype == tensor.dtype and first_state[name].shape == tensor.shape
-                and first_state[name].device == tensor.device and torch.equal(first_state[name], tensor)
-                for name, tensor in state.items()
-            ):  # fmt: skip
+            if model.clip is first.clip or same_tensors(first.clip.state_dict(), state):
                 model.clip, model._fast_encoders = first.clip, first._fast_encoders
                 break
         else:
             kept.append(model)
+    for model in deferred if merge_unshared else ():
+        base = {name.replace(".base_layer.", "."): name for name in model.clip.state_dict() if "lora_" not in name}
+        state = {plain: tensor for plain, tensor in zip(base, (model.clip.state_dict()[name] for name in base.values()))}
+        first = next((first for first in kept if same_tensors(first.clip.state_dict(), state)), None)
+        if first is None:
+            model.merge_adapter()
+            continue
+        first_parameters = dict(first.clip.named_parameters())
+        for name, _ in list(model.clip.named_parameters()):
+            plain = name.replace(".base_layer.", ".")
+            if "lora_" in name or plain not in first_parameters:
+                continue
+            module_name, _, leaf = name.rpartition(".")
+            setattr(model.clip.get_submodule(module_name), leaf, first_parameters[plain])
+        model.merge_deferred = False
+    gc.collect()
+
+
+def same_tensors(first: dict, second: dict) -> bool:
+    """Whether two state dicts hold the same names, dtypes, shapes, devices and values."""
+    import torch
+
+    return list(first) == list(second) and all(
+        first[name].dtype == tensor.dtype and first[name].shape == tensor.shape
+        and first[name].device == tensor.device and torch.equal(first[name], tensor)
+        for name, tensor in second.items()
+    )  # fmt: skip
 
 
 def detach_cache(models: dict[str, Any], cache: Any) -> None:

@@ -242,6 +242,11 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
     ```
     """
 
+    # True while `evaluate_captions` loads its models: an adapter is then loaded unmerged (`merge_deferred`), so that
+    # a backbone equal to another model's can be stored once; `merge_adapter()` merges it where it is not shared.
+    defer_adapter_merge = False
+    merge_deferred = False
+
     def __init__(self, config: PACSConfig):
         super().__init__(config)
         self.clip = AutoModel.from_config(config.backbone_config)
@@ -273,7 +278,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
         check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
         if load_adapter and model.config.adapter_path:
-            model.load_lora_adapter(name_or_path, merge=model.config.merge_adapter, **hub_kwargs)
+            merge = model.config.merge_adapter and not PACSModel.defer_adapter_merge
+            model.load_lora_adapter(name_or_path, merge=merge, **hub_kwargs)
+            model.merge_deferred = model.config.merge_adapter and not merge
         warn_if_random_weights(model.config, name_or_path, logger)
         return model
 
@@ -326,6 +333,14 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
 
             model.tokenizer = Siglip2Tokenizer.from_pretrained(siglip_name_or_path, **hub_kwargs)
         return model.eval()
+
+    def merge_adapter(self) -> None:
+        """Merge an unmerged adapter into the backbone's weights (what loading does unless `merge_adapter=False`)."""
+        if self.peft_model is not None:
+            self.clip = self.peft_model.merge_and_unload()
+            self.config.adapter_path = None
+            self._peft_model = None
+        self.merge_deferred = False
 
     def load_lora_adapter(self, model_name_or_path: str, merge: bool = True, **hub_kwargs):
         """Load the PEFT LoRA adapter of `config.adapter_path` into the backbone; merge it unless `merge=False`.

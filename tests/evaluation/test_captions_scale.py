@@ -217,6 +217,40 @@ def test_models_sharing_an_image_encoder_encode_each_image_once(corpus, monkeypa
             )
 
 
+def test_pac_s_pp_keeps_its_adapter_unmerged_on_the_clip_s_backbone_it_was_trained_on(corpus):
+    """Issue 33's memory goal: tiny (PAC-S++: LoRA on the tiny backbone) and tiny:clip_s (that backbone) store the
+    backbone once (PAC-S++'s base tensors are CLIP-S's), with PAC-S++'s scores those of the merged model (`pacs-score`);
+    PAC-S++ without such a model is merged, as loaded alone."""
+    import numpy as np
+
+    from modeling_pacs.evaluation.captions import load_models, parse_metrics, share_image_encoders
+    from modeling_pacs.loading import load_model
+    from modeling_pacs.results import score_items
+
+    models = load_models(parse_metrics(["tiny:clip_s", "tiny"]), "cpu", None)
+    share_image_encoders(models, max_entries=64)
+    clip_s, pac_s_pp = models["tiny:clip_s"], models["tiny"]
+    assert pac_s_pp.peft_model is not None and not pac_s_pp.merge_deferred
+    lora_layer = pac_s_pp.clip.vision_model.encoder.layers[0].mlp.fc1
+    shared_weight = clip_s.clip.vision_model.encoder.layers[0].mlp.fc1.weight
+    assert lora_layer.base_layer.weight.data_ptr() == shared_weight.data_ptr()
+    base = {name for name, _ in pac_s_pp.clip.named_parameters() if "lora_" not in name}
+    pointers = {parameter.data_ptr() for parameter in clip_s.clip.parameters()}
+    assert all(parameter.data_ptr() in pointers for name, parameter in pac_s_pp.clip.named_parameters() if name in base)
+
+    images = [str(corpus / "images" / f"{row:02d}.png") for row in range(4)]
+    captions = [f"a picture {row}" for row in range(4)]
+    merged = load_model("tiny", device="cpu")
+    assert merged.peft_model is None
+    together = score_items(pac_s_pp, images, captions, None).columns[0].values
+    alone = score_items(merged, images, captions, None).columns[0].values
+    np.testing.assert_allclose(together, alone, rtol=0, atol=1e-6)
+
+    lone = load_models(parse_metrics(["tiny"]), "cpu", None)
+    share_image_encoders(lone, max_entries=64)
+    assert lone["tiny"].peft_model is None and lone["tiny"].config.adapter_path is None
+
+
 def test_a_job_folder_is_needed_by_several_processes_and_pins_the_run(corpus, one_process):
     from types import SimpleNamespace
 
