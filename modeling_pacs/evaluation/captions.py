@@ -474,7 +474,8 @@ def share_identical_backbones(models: dict[str, Any], merge_unshared: bool = Tru
             kept.append(model)
     for model in deferred if merge_unshared else ():
         base = {name.replace(".base_layer.", "."): name for name in model.clip.state_dict() if "lora_" not in name}
-        state = {plain: tensor for plain, tensor in zip(base, (model.clip.state_dict()[name] for name in base.values()))}
+        full = model.clip.state_dict()
+        state = {plain: full[name] for plain, name in base.items()}
         first = next((first for first in kept if same_tensors(first.clip.state_dict(), state)), None)
         if first is None:
             model.merge_adapter()
