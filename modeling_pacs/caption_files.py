@@ -61,16 +61,47 @@ def not_utf8_error(path: Path) -> InputError:
 def csv_records(handle: Iterable[str]) -> Iterator[tuple[int, dict]]:
     """`(line, record)` of each row of an open CSV file, the records as `csv.DictReader` makes them (the first row
     names the columns, empty lines are skipped, a short row gets None cells), with the line each starts on: the header
-    is line 1, and a quoted cell may span lines."""
-    reader = csv.reader(handle)
-    header = next(reader, [])
-    before = reader.line_num
-    for cells in reader:
-        if cells:
+    is line 1, and a quoted cell may span lines. A quote left open refuses the file (`csv_lines`)."""
+    header: list[str] = []
+    for line, cells in csv_lines(handle):
+        if line == 1:
+            header = cells
+        elif cells:
             record = dict(zip(header, cells))
             record.update(dict.fromkeys(header[len(cells) :]))
-            yield before + 1, record
+            yield line, record
+
+
+def csv_lines(handle: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+    """`(line, cells)` of each row of an open CSV file (`[]` for a blank line) with the line it starts on, as the csv
+    module's default dialect reads them, except for a quoted cell that is never closed: read leniently, it swallows
+    every later line, rows included, into one cell (a silent loss). Only the last row can hold one, so that row's
+    lines are read again strictly at the end, and an open quote is an error naming the line where the cell opens."""
+    raw: list[str] = []
+
+    def recorded() -> Iterator[str]:
+        for text in handle:
+            raw.append(text)
+            yield text
+
+    reader = csv.reader(recorded())
+    before, last = 0, []
+    for cells in reader:
+        last = raw[:]
+        raw.clear()
+        yield before + 1, cells
         before = reader.line_num
+    try:
+        list(csv.reader(last, strict=True))
+    except csv.Error as error:
+        if "unexpected end of data" in str(error):
+            name = getattr(handle, "name", "the CSV file")
+            line = before - len(last) + 1
+            raise InputError(
+                f"{name}: line {line}: a quoted cell opens on this line and is never closed, so every later line "
+                'is read as part of it; close the quote (a quote inside a quoted cell is written "")'
+            ) from None
+        # another strict-only complaint (a stray quote inside a cell): the default dialect keeps it as text
 
 
 def csv_row_of_line(raw_lines: list[bytes], line_number: int) -> int:

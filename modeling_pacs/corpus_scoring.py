@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .caption_files import name_row, row_lines, utf8_errors
+from .caption_files import csv_records, name_row, row_lines, utf8_errors
 from .errors import InputError, name_item
 from .jobs import RowBlock, ShardedJob, write_text_atomically
 
@@ -72,7 +72,7 @@ def list_blocks(rows: Iterator[dict]) -> Iterator[RowBlock]:
 def csv_rows(path: Path) -> Iterator[dict]:
     # utf-8-sig: a byte-order mark (Excel writes one) must not rename the first column
     with utf8_errors(path), path.open(newline="", encoding="utf-8-sig") as handle:
-        yield from csv.DictReader(handle)
+        yield from (record for _, record in csv_records(handle))
 
 
 def name_item_row(message: str, source: Path, first_row: int) -> str | None:

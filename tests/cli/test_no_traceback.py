@@ -32,6 +32,7 @@ def hostile(tmp_path_factory):
     (root / "single.json").write_text(json.dumps("a dog on the grass"))  # one caption, not {image: caption}
     (root / "single.jsonl").write_text(json.dumps("a dog on the grass") + "\n")
     (root / "bad.csv").write_text("picture,text\ncat.png,a cat\n")  # not the columns a command reads
+    (root / "unclosed.csv").write_text('image,caption\ncat.png,"a cat\ncat.png,a dog\n')  # the quote swallows row 1
     (root / "latin1.csv").write_bytes("image,caption\ncat.png,un café\n".encode("latin1"))
     (root / "broken.ckpt").write_bytes(b"PK\x03\x04 not a checkpoint")
     return root
@@ -68,6 +69,7 @@ CASES = {
         lambda r, m: pacs_score(r, m, "bad.csv"),
         "bad.csv: row 0 (line 2) lacks ['image', 'caption']",
     ),
+    "pacs-score unclosed quote": (lambda r, m: pacs_score(r, m, "unclosed.csv"), "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"),
     "pacs-score not UTF-8": (lambda r, m: pacs_score(r, m, "latin1.csv"), "is not UTF-8 text"),
     "evaluate-captions folder as input": (  # a folder may be a saved `datasets` folder: refused as none
         lambda r, m: evaluate_captions(r, m, "folder.jsonl"),
@@ -89,6 +91,7 @@ CASES = {
         lambda r, m: evaluate_captions(r, m, "bad.csv"),
         "bad.csv: row 0 (line 2) lacks ['image', 'caption']",
     ),
+    "evaluate-captions unclosed quote": (lambda r, m: evaluate_captions(r, m, "unclosed.csv"), "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"),
     "score_corpus folder as input": (lambda r, m: score_corpus(r, m, "folder.jsonl"), "folder.jsonl"),
     "score_corpus uncreatable output": (
         lambda r, m: score_corpus(r, m, "good.jsonl", "notes.txt/out"),
@@ -103,6 +106,7 @@ CASES = {
         lambda r, m: score_corpus(r, m, "bad.csv"),
         "row 0 (line 2 of bad.csv) lacks ['image', 'caption'] (columns: ['picture', 'text'])",
     ),
+    "score_corpus unclosed quote": (lambda r, m: score_corpus(r, m, "unclosed.csv"), "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"),
     "score_corpus not UTF-8": (lambda r, m: score_corpus(r, m, "latin1.csv"), "is not UTF-8 text"),
     "convert-polos folder as checkpoint": (
         lambda r, m: convert_polos(r, m, "folder.jsonl"),
