@@ -2,7 +2,6 @@
 blocks for the job engine, reference cells, and the exactly-once merge of finished shards (`scripts/score_corpus.py`,
 `modeling_pacs.cli.score_corpus`, drives them)."""
 
-import csv
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path

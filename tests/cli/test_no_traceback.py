@@ -56,6 +56,8 @@ def convert_polos(root: Path, model: Path, checkpoint: str):
     return main(["convert-polos", "--checkpoint", str(root / checkpoint), "--output-dir", str(root / "converted")])
 
 
+UNCLOSED = "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"
+
 # (command, input) -> (run, what the one line must contain)
 CASES = {
     "pacs-score folder as input": (lambda r, m: pacs_score(r, m, "folder.jsonl"), "is a directory, not a file"),
@@ -69,7 +71,7 @@ CASES = {
         lambda r, m: pacs_score(r, m, "bad.csv"),
         "bad.csv: row 0 (line 2) lacks ['image', 'caption']",
     ),
-    "pacs-score unclosed quote": (lambda r, m: pacs_score(r, m, "unclosed.csv"), "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"),
+    "pacs-score unclosed quote": (lambda r, m: pacs_score(r, m, "unclosed.csv"), UNCLOSED),
     "pacs-score not UTF-8": (lambda r, m: pacs_score(r, m, "latin1.csv"), "is not UTF-8 text"),
     "evaluate-captions folder as input": (  # a folder may be a saved `datasets` folder: refused as none
         lambda r, m: evaluate_captions(r, m, "folder.jsonl"),
@@ -91,7 +93,7 @@ CASES = {
         lambda r, m: evaluate_captions(r, m, "bad.csv"),
         "bad.csv: row 0 (line 2) lacks ['image', 'caption']",
     ),
-    "evaluate-captions unclosed quote": (lambda r, m: evaluate_captions(r, m, "unclosed.csv"), "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"),
+    "evaluate-captions unclosed quote": (lambda r, m: evaluate_captions(r, m, "unclosed.csv"), UNCLOSED),
     "score_corpus folder as input": (lambda r, m: score_corpus(r, m, "folder.jsonl"), "folder.jsonl"),
     "score_corpus uncreatable output": (
         lambda r, m: score_corpus(r, m, "good.jsonl", "notes.txt/out"),
@@ -106,7 +108,7 @@ CASES = {
         lambda r, m: score_corpus(r, m, "bad.csv"),
         "row 0 (line 2 of bad.csv) lacks ['image', 'caption'] (columns: ['picture', 'text'])",
     ),
-    "score_corpus unclosed quote": (lambda r, m: score_corpus(r, m, "unclosed.csv"), "unclosed.csv: line 2: a quoted cell opens on this line and is never closed"),
+    "score_corpus unclosed quote": (lambda r, m: score_corpus(r, m, "unclosed.csv"), UNCLOSED),
     "score_corpus not UTF-8": (lambda r, m: score_corpus(r, m, "latin1.csv"), "is not UTF-8 text"),
     "convert-polos folder as checkpoint": (
         lambda r, m: convert_polos(r, m, "folder.jsonl"),
