@@ -1,8 +1,8 @@
 """The Space's "Compare metrics" tab (space/app.py), in process: its columns against direct `model.score` calls and
 against `evaluate_captions` (what `pacs-pp evaluate-captions` computes), its ranking, its messages for bad choices, one
 load per model, and no server path reachable through it; the scoring mode of the metrics that have several (both
-tabs), and "Rank by" emptied when the chosen metrics change. The tab run as a server (20 concurrent clients, the browser,
-captions as text) is tested in tests/space/test_app.py.
+tabs), and "Rank by" emptied when the chosen metrics change. The tab run as a server (20 concurrent clients, the
+browser, captions as text) is tested in tests/space/test_app.py.
 """
 
 import shutil
