@@ -68,6 +68,18 @@ def test_the_evaluate_module_forwards_the_mode_and_signs_it(deneb, inputs):
     assert result["signature"].replace("|mode:official|", "|mode:per_item|") == module.signature(REFERENCES)
 
 
+def test_evaluate_captions_forwards_the_mode_and_signs_it(deneb, inputs):
+    from modeling_pacs.evaluation.captions import evaluate_captions
+
+    _, images = inputs
+    rows = [{"image_id": index, "image": image, "caption": caption, "references": refs}
+            for index, (image, caption, refs) in enumerate(zip(images, CAPTIONS, REFERENCES, strict=True))]  # fmt: skip
+    evaluation = evaluate_captions(rows, metrics=["tiny:deneb"], mode="official", progress=False)
+    scores = [item["tiny:deneb/score"] for item in evaluation.items]
+    assert scores == pytest.approx(expected(deneb, images, "official"), abs=1e-6)
+    assert "|mode:official|" in evaluation.signatures["tiny:deneb"]
+
+
 def test_a_metric_without_scoring_modes_refuses_one_by_name(inputs):
     folder, _ = inputs
     with pytest.raises(UnsupportedOptionError) as error:
