@@ -141,6 +141,18 @@ def check_scoring_mode(spec, mode: str) -> str:
     return mode
 
 
+def check_media(spec, media: str) -> None:
+    """Nothing when the metric of `spec` scores `media` (`Capabilities.media`: `"image"`, `"video"`); else an
+    `UnsupportedOptionError` naming the metrics that do (a door checks it before loading when it can)."""
+    if media in spec.capabilities.media:
+        return
+    able = [metric for other in METRICS.values() if media in other.capabilities.media for metric in other.metrics]
+    raise UnsupportedOptionError(
+        f"{spec.display_name} scores {', '.join(f'{kind}s' for kind in spec.capabilities.media)} only, not "
+        f"{media}s: score {media}s with one of the metrics {', '.join(able)}"
+    )
+
+
 def score_options(model, long_captions: str = "truncate", scoring_mode: str | None = None, **settings) -> dict:
     """The keyword options of `model.score` for a door's settings (batch sizes, `progress`): a setting the model's
     spec does not declare is left out, as it does not apply; a `long_captions` mode other than `"truncate"` is passed,
@@ -156,6 +168,7 @@ def score_options(model, long_captions: str = "truncate", scoring_mode: str | No
 __all__ = [
     "DEFAULT_MODEL",
     "DTYPES",
+    "check_media",
     "check_scoring_mode",
     "PRETRAINED_MODELS",
     "load_model",

@@ -36,10 +36,10 @@ from pathlib import Path
 import PIL.Image
 
 from modeling_pacs import PACSModel, results
-from modeling_pacs.errors import InputError
+from modeling_pacs.errors import InputError, UnsupportedOptionError
 from modeling_pacs.evaluation.captions import evaluate_captions, java_available
 from modeling_pacs.extras import require
-from modeling_pacs.loading import load_model
+from modeling_pacs.loading import check_media, check_scoring_mode, load_model
 from modeling_pacs.model_sources import spec_for_model_name
 from modeling_pacs.models.inputs import ImageInputError, load_image
 from modeling_pacs.registry import (
@@ -429,8 +429,35 @@ def parse_request(image: object, captions_text: object, references_text: object)
 
 
 # ---------------------------------------------------------------------------------------------------- scoring
-def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
-    """Per-caption scores, best first: one CLIP-S call and one PAC-S++ call (with references when given).
+def scoring_modes(spec) -> tuple[str, ...]:
+    """The scoring modes a visitor may choose for a metric: its `Capabilities.scoring_modes` when it has several."""
+    modes = spec.capabilities.scoring_modes if spec is not None else ()
+    return modes if len(modes) > 1 else ()
+
+
+def check_scoring_mode_choice(mode: object, spec) -> str | None:
+    """The chosen scoring mode (None: the model's default, for an empty choice); a `gr.Error` naming the valid ones
+    for a mode the metric does not have, or for any mode of a metric without scoring modes."""
+    if mode is None or (isinstance(mode, str) and not mode.strip()):
+        return None
+    if not isinstance(mode, str):
+        raise gr.Error("the scoring mode must be a name such as 'per_item'", title="Unknown scoring mode")
+    try:
+        return check_scoring_mode(spec, mode.strip())
+    except (UnsupportedOptionError, InputError) as error:
+        raise gr.Error(str(error).replace(mode.strip(), shown(mode.strip())), title="Unknown scoring mode") from None
+
+
+def mode_choice_update(spec) -> dict:
+    """The "Scoring mode" choice for a metric: shown with its modes (the first, its default, chosen) only for a
+    metric with several; hidden and empty otherwise."""
+    modes = scoring_modes(spec)
+    return gr.update(choices=list(modes), value=modes[0] if modes else None, visible=bool(modes))
+
+
+def score_request(request: ScoreRequest, models: ScoringModels, mode: str | None = None) -> pd.DataFrame:
+    """Per-caption scores, best first: one CLIP-S call and one PAC-S++ call (with references when given); `mode` is
+    the scoring mode of a metric that has several (None: its default).
 
     The image is passed once per caption; `PACSModel.score` encodes repeated images once.
     """
@@ -441,7 +468,8 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
         raise gr.Error(
             f"{spec.display_name} is a reference-based metric: enter at least one reference", title="No references"
         )
-    pac_s_output = models.pac_s.score(images, request.captions, references=references)
+    options = {} if mode is None else {"mode": mode}
+    pac_s_output = models.pac_s.score(images, request.captions, references=references, **options)
     table = pd.DataFrame({"caption": request.captions})
     if models.clip_s is not None:
         table[CLIP_S_NAME] = models.clip_s.score(images, request.captions).scores.tolist()
@@ -456,6 +484,7 @@ def score_request(request: ScoreRequest, models: ScoringModels) -> pd.DataFrame:
     table.attrs["truncated"] = 0 if truncated is None else int((truncated > 0).sum())
     # Polos and Pearl have no piecewise mode: they name their own fix (`SHORTEN_FIX`).
     table.attrs["truncation_fix"] = getattr(models.pac_s, "truncation_fix", None)
+    table.attrs["mode"] = getattr(pac_s_output, "mode", None) if scoring_modes(spec) else None
     return table
 
 
@@ -526,11 +555,10 @@ def summary_text(table: pd.DataFrame, models: ScoringModels | None, random_weigh
 
 def results_json(table: pd.DataFrame, model: str) -> dict:
     """The ranked results as plain JSON (the `details` output of the `/score` endpoint)."""
-    return {
-        "model": model,
-        "ranked_by": table.attrs["ranked_by"],
-        "results": table.to_dict(orient="records"),
-    }
+    details = {"model": model, "ranked_by": table.attrs["ranked_by"], "results": table.to_dict(orient="records")}
+    if table.attrs.get("mode"):  # a metric with scoring modes: the one that scored
+        details["mode"] = table.attrs["mode"]
+    return details
 
 
 def page_handler(handler, num_outputs: int):
@@ -617,6 +645,10 @@ def build_video_tab(cache: ModelCache, selector_entries: list[str]):
         if width * height > MAX_IMAGE_PIXELS:
             raise gr.Error(f"the video is {width}x{height}: downscale it and upload it again", title="Video too large")
         models = cache.get(model)
+        try:
+            check_media(spec_of(models.pac_s), "video")
+        except UnsupportedOptionError as error:
+            raise gr.Error(str(error), title="Not a video metric") from error
         free_name, ref_name = models.pac_s.config.score_names
         videos = [video] * len(captions)
         output = models.pac_s.score_videos(
@@ -740,8 +772,11 @@ def check_metrics(metrics: object, choices: dict[str, str]) -> list[str]:
     return chosen
 
 
-def compare_request(request: ScoreRequest, metrics: list[str], load) -> pd.DataFrame:
+def compare_request(request: ScoreRequest, metrics: list[str], load, mode: object = None) -> pd.DataFrame:
     """One column per output score of each metric, per caption, in the order of `metrics` (not ranked yet).
+
+    `mode` is the scoring mode of the chosen metrics that have several (empty: their defaults); the others score as
+    always, and a mode no chosen metric has is a `gr.Error` naming the valid ones.
 
     `load(metric)` gives a metric's model (loaded once per process). Model metrics are `model.score` read through
     `results.result_columns`, as `pacs-pp evaluate-captions` reads them; the image is decoded once (the request's)
@@ -761,10 +796,16 @@ def compare_request(request: ScoreRequest, metrics: list[str], load) -> pd.DataF
         )
     found: dict[str, list[tuple[str, str, list]]] = {}  # metric -> (label, evaluate-captions column, values)
     truncated, fixes, random_weights = set(), [], False
-    for metric in metrics:
-        if metric in ngrams:
-            continue
-        model = load(metric)
+    models = {metric: load(metric) for metric in metrics if metric not in ngrams}
+    moded = [spec_of(model) for model in models.values() if scoring_modes(spec_of(model))]
+    chosen_mode = None
+    if mode is not None and not (isinstance(mode, str) and not mode.strip()):
+        if not models:
+            raise gr.Error("a scoring mode applies to model metrics only: leave it empty", title="Unknown scoring mode")
+        # Checked against every chosen metric with modes; with none, the first metric's refusal names those that have.
+        for spec in moded or [spec_of(next(iter(models.values())))]:
+            chosen_mode = check_scoring_mode_choice(mode, spec)
+    for metric, model in models.items():
         spec = spec_of(model)
         if spec.capabilities.needs_references and references is None:
             raise gr.Error(
@@ -772,7 +813,8 @@ def compare_request(request: ScoreRequest, metrics: list[str], load) -> pd.DataF
                 "it out",
                 title="No references",
             )
-        output = model.score(images, captions, references=references)
+        options = {"mode": chosen_mode} if chosen_mode is not None and scoring_modes(spec) else {}
+        output = model.score(images, captions, references=references, **options)
         columns = results.score_columns(results.result_columns(model, output, spec))
         found[metric] = [(column.label, f"{metric}/{column.key}", column.values) for column in columns]
         counts = getattr(output, "truncated_tokens", None)
@@ -849,10 +891,23 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
         name = cache.local_model if cache.local_model and metric == cache.local_entry else metric
         return cache.model(name, metric)
 
-    def compare_form(image, captions_text, references_text, metrics, rank_by, from_page=False):
+    def metric_spec(metric: str):
+        """A listed metric's spec, from the registry or its config.json (nothing loads); None for an n-gram metric."""
+        if metric in SPACE_NGRAM_METRICS or metric not in choices:
+            return None
+        return spec_for_model_name(cache.local_model if cache.local_model and metric == cache.local_entry else metric)
+
+    def chosen_metrics_changed(metrics):
+        """New metrics: "Rank by" and the kept comparison belong to the previous ones, so they are emptied (the next
+        comparison fills them); the "Scoring mode" choice is shown when a chosen metric has several modes."""
+        chosen = [metric for metric in metrics or [] if isinstance(metric, str)]
+        moded = next((spec for spec in map(metric_spec, chosen) if scoring_modes(spec)), None)
+        return gr.update(choices=[], value=None), None, mode_choice_update(moded)
+
+    def compare_form(image, captions_text, references_text, metrics, rank_by, mode=None, from_page=False):
         metrics = check_metrics(metrics, choices)
         request = parse_request(image, captions_text, references_text)
-        table = compare_request(request, metrics, load)
+        table = compare_request(request, metrics, load, mode)
         if from_page and rank_by not in score_columns(table):
             rank_by = ""  # the page's "Rank by" names a column of the previous comparison: the list shows the new one
         ranked = rank_comparison(table, rank_by)
@@ -863,17 +918,26 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
             table,
         )
 
-    def compare(image: dict | None, captions_text: str, references_text: str, metrics: list[str], rank_by: str):
+    def compare(
+        image: dict | None,
+        captions_text: str,
+        references_text: str,
+        metrics: list[str],
+        rank_by: str,
+        mode: str | None = None,
+    ):
         """Compare metrics on candidate captions (one per line) of an image, with optional references (one per
-        line): `metrics` are names from `/list_metrics`; `rank_by` is a column heading ('' for the first column).
+        line): `metrics` are names from `/list_metrics`; `rank_by` is a column heading ('' for the first column);
+        `mode` is the scoring mode of the chosen metrics that have several ('per_item', 'official'; empty: their
+        defaults).
 
         Returns the best caption (plain text), the ranked table and the results as JSON.
         """
-        return run_guarded(compare_form, image, captions_text, references_text, metrics, rank_by)[:3]
+        return run_guarded(compare_form, image, captions_text, references_text, metrics, rank_by, mode)[:3]
 
-    def compare_and_keep(image, captions_text, references_text, metrics, rank_by):
+    def compare_and_keep(image, captions_text, references_text, metrics, rank_by, mode=None):
         best, styled, details, table = run_guarded(
-            compare_form, image, captions_text, references_text, metrics, rank_by, True
+            compare_form, image, captions_text, references_text, metrics, rank_by, mode, True
         )
         return best, styled, details, gr.update(choices=score_columns(table), value=details["ranked_by"]), table
 
@@ -903,6 +967,17 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
                     label="Metrics",
                     elem_id="compare-metrics",
                 )
+                first_modes = next(
+                    (modes for modes in (scoring_modes(metric_spec(metric)) for metric in default_metrics) if modes), ()
+                )
+                mode = gr.Radio(
+                    choices=list(first_modes),
+                    value=first_modes[0] if first_modes else None,
+                    visible=bool(first_modes),
+                    label="Scoring mode (metrics that have several)",
+                    info="per_item: each caption alone (the default); official: the authors' batching",
+                    elem_id="compare-scoring-mode",
+                )
             with gr.Column():
                 captions = gr.Textbox(
                     lines=6,
@@ -924,7 +999,10 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
             details = gr.JSON(label="details")
         scored = gr.State(None)  # the last comparison, unranked: kept on the server, re-ranked by "Rank by"
         gr.Examples(examples=EXAMPLES, inputs=[image, captions, references])
-        inputs = [image, captions, references, metrics, rank_by]
+        inputs = [image, captions, references, metrics, rank_by, mode]
+        metrics.change(
+            chosen_metrics_changed, inputs=[metrics], outputs=[rank_by, scored, mode], api_visibility="private"
+        )
         button.click(
             page_handler(compare_and_keep, 5),
             inputs=inputs,
@@ -961,11 +1039,11 @@ def build_demo(
     cache = ModelCache(choices, local_model, allow_typed_paths=not public)
     selector_entries = ([cache.local_entry] if local_model else []) + list(choices)
 
-    def score_form(image: object, captions_text: object, references_text: object, model: object):
+    def score_form(image: object, captions_text: object, references_text: object, model: object, mode: object = None):
         request = parse_request(image, captions_text, references_text)
         model = check_model(model)
         models = cache.get(model)
-        table = score_request(request, models)
+        table = score_request(request, models, check_scoring_mode_choice(mode, spec_of(models.pac_s)))
         return (
             summary_text(table, models, random_weights=model == TINY_CHOICE),
             styled_table(table),
@@ -973,12 +1051,28 @@ def build_demo(
             results_json(table, model),
         )
 
-    def score(image: dict | None, captions_text: str, references_text: str, model: str):
-        """Score candidate captions (one per line) of an image, with optional references (one per line).
+    def score(image: dict | None, captions_text: str, references_text: str, model: str, mode: str | None = None):
+        """Score candidate captions (one per line) of an image, with optional references (one per line); `mode` is
+        the scoring mode of a metric that has several ('per_item', 'official'; empty: its default).
 
         Returns the best caption (plain text), the ranked table, the bar-chart data and the results as JSON.
         """
-        return run_guarded(score_form, image, captions_text, references_text, model)
+        return run_guarded(score_form, image, captions_text, references_text, model, mode)
+
+    def entry_spec(choice: object):
+        """The metric of a selector entry, read from the registry or the model's config.json (nothing loads); None
+        for an unknown entry (a public Space never looks at a typed path)."""
+        if not isinstance(choice, str) or not choice.strip():
+            return None
+        choice = choice.strip()
+        if choice in choices:
+            return spec_for_model_name(choices[choice][1])
+        if local_model and choice == cache.local_entry:
+            return spec_for_model_name(local_model)
+        return spec_for_model_name(choice) if not public and Path(choice).expanduser().is_dir() else None
+
+    def mode_choice(choice: object) -> dict:
+        return mode_choice_update(entry_spec(choice))
 
     metrics = metric_choices(choices, cache.local_entry, ngram_metrics_available() if ngrams is None else ngrams)
 
@@ -1019,6 +1113,15 @@ def build_demo(
                             if public
                             else "Pick a model or type the path of a local PAC-S++ model directory",
                         )
+                        first_modes = scoring_modes(entry_spec(selector_entries[0]))
+                        mode = gr.Radio(
+                            choices=list(first_modes),
+                            value=first_modes[0] if first_modes else None,
+                            visible=bool(first_modes),
+                            label="Scoring mode",
+                            info="per_item: each caption alone (the default); official: the authors' batching",
+                            elem_id="scoring-mode",
+                        )
                     with gr.Column():
                         captions = gr.Textbox(
                             lines=6,
@@ -1051,7 +1154,9 @@ def build_demo(
                 with gr.Accordion("Results as JSON", open=False):
                     details = gr.JSON(label="details")
                 gr.Examples(examples=EXAMPLES, inputs=[image, captions, references])
-                inputs = [image, captions, references, model]
+                inputs = [image, captions, references, model, mode]
+                # The mode choice follows the model: shown, with its modes, only for a metric with several.
+                model.change(mode_choice, inputs=[model], outputs=[mode], api_visibility="private")
                 # preprocess=False: check_image reads the upload itself, so a bad file gets a readable error.
                 button.click(
                     page_handler(score, 4),

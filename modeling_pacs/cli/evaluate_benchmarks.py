@@ -9,7 +9,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from modeling_pacs.cli.arguments import add_device_arguments, add_example, add_renamed_argument, add_verbose_argument
+from modeling_pacs.cli.arguments import (
+    add_device_arguments,
+    add_example,
+    add_renamed_argument,
+    add_scoring_mode_argument,
+    add_verbose_argument,
+)
 from modeling_pacs.cli.errors import reports_errors
 from modeling_pacs.errors import InputError
 from modeling_pacs.evaluation import BENCHMARKS, BenchmarkOptions
@@ -102,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how each --model reads captions past its context: 'truncate' (official), 'chunks' (in pieces; "
         "docs/guides/long-captions.md), or both for one row each (e.g. DetailCaps: --long-captions truncate chunks)",
     )
+    add_scoring_mode_argument(parser)
     protocol = parser.add_argument_group("protocol variants (defaults: the official code)")
     protocol.add_argument(
         "--official-rounding",
@@ -228,6 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
         resume=args.resume,
         progress=False if args.quiet else None,
         long_captions=list(dict.fromkeys(args.long_captions)),
+        scoring_mode=args.mode,
     )
     with reports_errors("evaluate_benchmarks", ValueError, FileNotFoundError, RuntimeError):
         results = run(config, options)

@@ -136,6 +136,10 @@ def run_score(args: argparse.Namespace) -> dict:
             check_scoring_mode(spec, args.mode)
         except ValueError as error:
             raise type(error)(f"--mode: {error}") from None
+    if videos and spec is not None:  # a metric of images only is refused before the model loads
+        from ..loading import check_media
+
+        check_media(spec, "video")
     from ..loading import load_model  # torch and transformers load here, once the input is known to be good
 
     model = load_model(args.model, device=args.device, dtype=None if args.dtype == "fp32" else args.dtype)

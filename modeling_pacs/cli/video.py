@@ -75,6 +75,10 @@ def read_idf_option(value: str) -> bool | list[str]:
 
 def run_video_score(args: argparse.Namespace, items: list[dict], model, with_references: bool) -> dict:
     """Score items as videos, write the output file (as `pacs-score` does for images) and print the means."""
+    from ..loading import check_media
+    from ..registry import spec_of
+
+    check_media(spec_of(model), "video")  # a Hub id's metric is known once loaded
     names, means = score_video_items(model, items, args, with_references)
     if args.output:
         suffix = args.output.suffix.lower()

@@ -49,10 +49,12 @@ HUBER_DELTA = 0.5
 
 
 def read_deneb_rows(path: str | Path, layout: str = "nebula", image_root: str | Path | None = None) -> list[dict]:
-    """Rows of a Nebula / Polaris file (`layout` one of [`LAYOUTS`]); every row needs at least one reference."""
+    """Rows of a Nebula / Polaris file (`layout` one of [`LAYOUTS`]); every row needs at least one reference. Image
+    names resolve under `image_root`; Polaris's parquet files (`polaris`) keep their images inside."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
-    return read_rows(path, layout, references_required=True, image_root=image_root)
+    image_bytes = layout == "polaris"
+    return read_rows(path, layout, references_required=True, image_root=image_root, image_bytes=image_bytes)
 
 
 class DenebCollator:

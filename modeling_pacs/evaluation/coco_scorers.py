@@ -65,6 +65,10 @@ class ModelScorer:
             `outputs` reads them; False: reference-free scores, `gts` then only gives the ids' order).
         device, dtype, batch_size, long_captions: as `pacs-score` takes them (`--device`, `--dtype`,
             `--batch-size`, `--long-captions`).
+        mode: the scoring mode of a metric that has several (`Capabilities.scoring_modes`: `"per_item"`,
+            `"official"`, as `pacs-score --mode`); None: the model's default. `compute_score` scores its items in
+            the order of `gts.keys()` in one `model.score` call, so `"official"` chunks follow that order. A metric
+            without scoring modes, or a mode it does not have, is refused here, naming the valid ones.
 
     With one output, `compute_score` returns a float and a list of floats; with several, a list of each (as
     `Bleu.compute_score` does), named by `columns`. `signature` holds the last call's reproducibility signature.
@@ -85,8 +89,9 @@ class ModelScorer:
         dtype: str | None = None,
         batch_size: int = 64,
         long_captions: str = "truncate",
+        mode: str | None = None,
     ):
-        from ..loading import load_model
+        from ..loading import check_scoring_mode, load_model
         from ..registry import spec_of
 
         model = model if model is not None else self.default_model
@@ -100,6 +105,7 @@ class ModelScorer:
             self.model = model
         self.spec = spec_of(self.model)
         check_metric(self.model, self.spec, self.metric, type(self).__name__)
+        self.scoring_mode = None if mode is None else check_scoring_mode(self.spec, mode)
         self.images = images
         self.image_pattern = image_pattern
         self.dtype = dtype
@@ -153,12 +159,17 @@ class ModelScorer:
         images = self.images_of(image_ids)
         scored = score_items(
             self.model, images, candidates, references,
-            **score_options(self.model, self.long_captions, image_batch_size=self.batch_size,
+            **score_options(self.model, self.long_captions, self.scoring_mode, image_batch_size=self.batch_size,
                             text_batch_size=4 * self.batch_size, progress=False),
         )  # fmt: skip
         columns = {column.key: column.values for column in scored.columns}
         self.signature = model_signature(
-            self.model, self.entry, references, long_captions=self.long_captions, dtype=self.dtype
+            self.model,
+            self.entry,
+            references,
+            long_captions=self.long_captions,
+            dtype=self.dtype,
+            mode=self.scoring_mode,
         )
         corpus, per_item = [], []
         for key in self.outputs:

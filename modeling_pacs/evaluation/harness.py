@@ -53,6 +53,9 @@ class HarnessConfig:
     progress: bool | None = None
     # One row per model and mode: "truncate" (the official behaviour) and/or "chunks" (docs/guides/long-captions.md).
     long_captions: list[str] = field(default_factory=lambda: ["truncate"])
+    # The scoring mode of metrics with several (`Capabilities.scoring_modes`: "per_item", "official"); None: each
+    # model's default. Every --model must have it.
+    scoring_mode: str | None = None
 
     def check(self):
         for name in ("image_batch_size", "text_batch_size", "video_batch_size", "chunk_size"):
@@ -67,6 +70,17 @@ class HarnessConfig:
             raise ValueError("--long-captions needs at least one of truncate, chunks")
         if not (self.models or self.scores or self.dump_items or self.captions):
             raise ValueError("nothing to do: pass --model, --scores, --dump-items or --captions")
+        if self.scoring_mode is not None:
+            from ..loading import check_scoring_mode
+            from ..model_sources import spec_for_model_name
+
+            for name in self.models:  # refused before anything loads (a Hub id is checked once loaded)
+                spec = spec_for_model_name(name)
+                if spec is not None:
+                    try:
+                        check_scoring_mode(spec, self.scoring_mode)
+                    except ValueError as error:
+                        raise type(error)(f"--mode: --model {name}: {error}") from None
         if self.video_features is not None:
             if not self.video_features.is_dir():
                 raise ValueError(f"--video-features {self.video_features}: no such folder (of <video_id>.pt files)")
@@ -194,10 +208,12 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                     config.video_features,
                     model_name=name,
                     long_captions=mode,
+                    scoring_mode=config.scoring_mode,
                 )
                 counts = None
             else:
                 label = model_label(name) + ("" if mode == "truncate" else f"--{mode}")
+                label += f"--{config.scoring_mode}" if config.scoring_mode else ""
                 cache = config.output / "cache" / benchmark.name / label if config.output else None
                 columns, counts = score_image_items(
                     model,
@@ -208,6 +224,7 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                     config.text_batch_size,
                     config.progress,
                     mode,
+                    config.scoring_mode,
                 )
             seconds = time.perf_counter() - started
             run_record = {
@@ -228,7 +245,9 @@ def run(config: HarnessConfig, options: BenchmarkOptions) -> dict:
                 "source": "model",
                 "w": w,
                 "dtype": str(model.dtype).replace("torch.", ""),
-                "signature": model_signature(model, name, references, long_captions=mode, dtype=config.dtype),
+                "signature": model_signature(
+                    model, name, references, long_captions=mode, dtype=config.dtype, mode=config.scoring_mode
+                ),
             }
             rows += evaluate_columns(benchmark, row_name, columns, meta)
         for name, path, columns in external:

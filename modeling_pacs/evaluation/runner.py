@@ -4,7 +4,9 @@ that refuses other items or another chunk size, every item exactly once) so an i
 stopped.
 
 Items are ordered by image before chunking, so an image is encoded once per chunk it appears in (once overall unless
-a chunk boundary splits its items).
+a chunk boundary splits its items). A scoring mode whose numbers depend on which items share a batch (`"official"`:
+the authors' chunks of DENEB and Polos) keeps the benchmark's item order instead, as the authors' validation scripts
+read it, in cache chunks that hold whole official chunks.
 """
 
 import contextlib
@@ -20,8 +22,9 @@ from typing import TYPE_CHECKING
 from tqdm.auto import tqdm
 
 from ..jobs import ShardedJob
-from ..loading import long_captions_keyword, score_options
+from ..loading import check_media, long_captions_keyword, score_options, scoring_mode_keyword
 from ..models.inputs import check_positive_int
+from ..registry import spec_of
 from ..results import item_rows, result_columns, score_columns
 from .benchmark import Benchmark
 
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("pacs_pp.benchmarks")
 
 SCORE_COLUMNS = ("score", "ref_score")
+# Scoring modes whose scores depend on which items share a batch: items keep the benchmark's order.
+ORDER_DEPENDENT_MODES = ("official",)
 
 
 @dataclass
@@ -82,14 +87,33 @@ def score_image_items(
     text_batch_size: int = 256,
     progress: bool | None = None,
     long_captions: str = "truncate",
+    scoring_mode: str | None = None,
 ) -> tuple[dict[str, dict[str, float]], EncodingCounts]:
     """Scores by column (`score`, `ref_score`) and item id, and the encodings run (cached chunks run none).
 
-    `long_captions` is `PACSModel.score`'s: `"chunks"` reads captions past the context in pieces."""
+    `long_captions` is `PACSModel.score`'s: `"chunks"` reads captions past the context in pieces. `scoring_mode` is
+    the `mode` of a metric with scoring modes (None: the model's default; a metric without modes refuses one)."""
     for name, value in (("chunk_size", chunk_size), ("image_batch_size", image_batch_size)):
         check_positive_int(value, name)
     check_positive_int(text_batch_size, "text_batch_size")
-    ordered = sorted(items, key=lambda item: item["image"])  # stable: file order within an image
+    options = score_options(
+        model,
+        long_captions,
+        scoring_mode,
+        image_batch_size=image_batch_size,
+        text_batch_size=text_batch_size,
+        progress=progress,
+    )
+    if (scoring_mode or getattr(model.config, "mode", None)) in ORDER_DEPENDENT_MODES:
+        official_chunk = model.config.official_batch_size
+        if chunk_size % official_chunk:
+            raise ValueError(
+                f"--chunk-size {chunk_size} is not a multiple of the model's official chunk ({official_chunk} items): "
+                "the official mode's chunks would be cut at the cache's chunk boundaries; pass a multiple of it"
+            )
+        ordered = list(items)  # the benchmark's order: the authors' chunks
+    else:
+        ordered = sorted(items, key=lambda item: item["image"])  # stable: file order within an image
     job = None
     if cache_dir is not None:
         job = ShardedJob(cache_dir, {"items_sha256": items_fingerprint(ordered)}, shard_size=chunk_size)
@@ -105,13 +129,7 @@ def score_image_items(
                 [item["image"] for item in chunk],
                 [item["candidate"] for item in chunk],
                 [item["references"] for item in chunk],
-                **score_options(
-                    model,
-                    long_captions,
-                    image_batch_size=image_batch_size,
-                    text_batch_size=text_batch_size,
-                    progress=progress,
-                ),
+                **options,
             )
             # the score columns by key (`score`, and `ref_score` where the metric has a reference-free score too)
             values = item_rows(score_columns(result_columns(model, output)), by="key")
@@ -207,11 +225,15 @@ def score_video_items(
     video_features: Path | None = None,
     model_name: str = "the model",
     long_captions: str = "truncate",
+    scoring_mode: str | None = None,
 ) -> dict[str, dict[str, float]]:
     """Video benchmarks through `PACSModel.score_videos` (docs/spec/pacs.md#video): `score` is Eq. 13, `ref_score`
     Eq. 14. With `video_features` (a folder of EMScore's released `<video_id>.pt`), the frame embeddings come from
-    those files instead of the videos (CLIP-S only). `long_captions`: as for `score_image_items`."""
+    those files instead of the videos (CLIP-S only). `long_captions`, `scoring_mode`: as for `score_image_items` (a
+    metric that scores images only is refused, naming the video metrics)."""
     check_positive_int(batch_size, "batch_size")
+    check_media(spec_of(model), "video")
+    mode_option = scoring_mode_keyword(model, scoring_mode)  # a video metric with scoring modes would take it
     if not hasattr(model, "score_videos"):
         raise RuntimeError(
             f"{benchmark.name} needs PACSModel.score_videos (video scoring), which this installation lacks; "
@@ -245,6 +267,7 @@ def score_video_items(
         idf=benchmark.options.get("idf_corpus") or True,
         batch_size=batch_size,
         **long_captions_keyword(model, long_captions),
+        **mode_option,
     )
     return {
         "score": {item["id"]: float(value) for item, value in zip(items, output.video_scores)},

@@ -71,6 +71,7 @@ def evaluate_systems(config, models: dict) -> dict:
                 [item["references"] for item in items] if has_references else None,
                 **score_options(
                     model,
+                    scoring_mode=config.scoring_mode,
                     image_batch_size=config.image_batch_size,
                     text_batch_size=config.text_batch_size,
                     progress=config.progress,

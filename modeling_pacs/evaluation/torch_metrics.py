@@ -42,6 +42,10 @@ class ModelMetric(torchmetrics.Metric):
         output: the output key computed: `"score"` (PAC-S++, CLIP-S, Pearl-img; Polos' only score) or
             `"ref_score"` (RefPAC-S++, RefCLIP-S, Pearl: `update` then needs references).
         device, dtype, batch_size, long_captions: as `pacs-score` takes them.
+        mode: the scoring mode of a metric that has several (`Capabilities.scoring_modes`: `"per_item"`,
+            `"official"`); None: the model's default. Each `update` is scored by one `model.score` call, so in
+            `"official"` mode the authors' chunks are cut within each update's batch. A metric without scoring modes,
+            or a mode it does not have, is refused here, naming the valid ones.
         **kwargs: torchmetrics' own (`sync_on_compute`, `process_group`, `dist_sync_on_step`, ...).
 
     `higher_is_better` is True (every score of the registry is higher-is-better); `signature()` is the
@@ -63,6 +67,7 @@ class ModelMetric(torchmetrics.Metric):
         dtype: str | None = None,
         batch_size: int = 64,
         long_captions: str = "truncate",
+        mode: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -93,8 +98,9 @@ class ModelMetric(torchmetrics.Metric):
         self.label = field.label_for(model.config)
         self.dtype_name = dtype
         self.long_captions = long_captions
+        self.scoring_mode = mode
         self.score_options = score_options(
-            model, long_captions, image_batch_size=batch_size, text_batch_size=4 * batch_size, progress=False
+            model, long_captions, mode, image_batch_size=batch_size, text_batch_size=4 * batch_size, progress=False
         )
         self.reference_counts: set[int] = set()  # this process's, for the signature
         self.add_state("scores", default=[], dist_reduce_fx="cat")
@@ -140,7 +146,7 @@ class ModelMetric(torchmetrics.Metric):
         references = [[""] * count for count in counts] if counts else None
         return model_signature(
             self.__dict__["scoring_model"], self.entry, references, long_captions=self.long_captions,
-            dtype=self.dtype_name,
+            dtype=self.dtype_name, mode=self.scoring_mode,
         )  # fmt: skip
 
 

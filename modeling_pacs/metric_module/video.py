@@ -4,8 +4,10 @@ The module stores each video like an image (a path string in the Arrow column, o
 a video run, calls `PACSModel.score_videos` here.
 """
 
+from ..loading import check_media, scoring_mode_keyword
 from ..models.inputs import check_media_list
 from ..models.video import check_num_frames, check_video
+from ..registry import spec_of
 
 
 def check_video_batch(images, videos, previous_kind: str | None, start: int) -> tuple[list, str]:
@@ -31,7 +33,9 @@ def compute_video_results(engine, predictions, videos, references, with_referenc
 
     `options` are the compute-time keywords (`num_frames`, `idf`); `settings` the module's batch sizes and progress.
     """
-    unknown = sorted(set(options) - {"num_frames", "idf"})
+    check_media(spec_of(engine), "video")  # a metric of images only is named, with the metrics that score videos
+    mode_option = scoring_mode_keyword(engine, options.get("mode"))  # refused by a video metric without modes
+    unknown = sorted(set(options) - {"num_frames", "idf", "mode"})
     if unknown:
         raise ValueError(f"unexpected options {unknown} for videos: pass num_frames= and/or idf=")
     output = engine.score_videos(
@@ -44,6 +48,7 @@ def compute_video_results(engine, predictions, videos, references, with_referenc
         text_batch_size=settings["text_batch_size"],
         progress=settings["progress"],
         **({"long_captions": settings["long_captions"]} if "long_captions" in settings else {}),
+        **mode_option,
     )
     free_name, ref_name = engine.config.score_names
     results = {

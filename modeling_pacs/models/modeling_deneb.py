@@ -236,8 +236,10 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
 
         Args:
             images: one image per candidate: paths, bytes, PIL images or arrays (as `PACSModel.score`).
-            candidates: one caption per image (an empty caption is scored, as the authors' code scores it).
-            references: one non-empty list of references per candidate (DENEB has no reference-free mode).
+            candidates: one non-empty caption per image (an empty or whitespace-only caption is refused, naming
+                the item; the authors' code would score it).
+            references: one non-empty list of non-empty references per candidate (DENEB has no reference-free
+                mode).
             mode: `"per_item"` (default of the config) or `"official"` (see the module docstring).
             batch_size: items per batch; in `"official"` mode the authors' chunk size (default
                 `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not.
@@ -254,6 +256,7 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
         check_media_count(images, candidates)
         references = check_deneb_references(references, len(candidates), self.config.max_references)
+        check_no_empty_captions(candidates, references)
         if mode == "official":
             references = cut_references_to_chunks(references, batch_size)
 
@@ -345,6 +348,23 @@ def check_deneb_references(references, num_candidates: int, max_references: int)
                 "positional encodings cover: keep at most that many"
             )
     return references
+
+
+def check_no_empty_captions(candidates: list[str], references: list[list[str]]) -> None:
+    """An empty or whitespace-only candidate or reference is refused, naming the item and which caption it is: DENEB
+    would score it (the tokenizer's special tokens alone) and the number would mean nothing."""
+    for item, candidate in enumerate(candidates):
+        if not candidate.strip():
+            raise ValueError(
+                f"item {item}: the candidate is empty ({candidate!r}): DENEB cannot score an empty caption. Fix: give "
+                "a non-empty caption or drop the item"
+            )
+        for index, reference in enumerate(references[item]):
+            if not reference.strip():
+                raise ValueError(
+                    f"item {item}: reference {index} is empty ({reference!r}): DENEB cannot compare with an empty "
+                    "reference. Fix: give a non-empty reference or drop it (or drop the item)"
+                )
 
 
 __all__ = ["DenebModel", "DenebPreTrainedModel", "DenebScoreOutput", "check_deneb_references"]

@@ -16,7 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_COMMANDS = {"scripts/train_pacs.py", "scripts/train_pearl.py", "scripts/train_polos.py",
-                    "scripts/train_captioner.py"}  # fmt: skip
+                    "scripts/train_deneb.py", "scripts/train_captioner.py"}  # fmt: skip
 # Commands whose --output is a file (a directory is --output-dir / --output_dir everywhere).
 OUTPUT_FILE_COMMANDS = {
     "pacs-score",

@@ -67,12 +67,28 @@ def converted(tmp_path_factory):
             "images": images, "log": lines}  # fmt: skip
 
 
+@pytest.fixture
+def authors_inputs(monkeypatch):
+    """The recorded items include an empty candidate (item 4), which the authors' code scores and `score` refuses:
+    the parity checks run with that input check off (the numbers are the model's)."""
+    from modeling_pacs.models import modeling_deneb
+
+    monkeypatch.setattr(modeling_deneb, "check_no_empty_captions", lambda candidates, references: None)
+
+
+def test_the_recorded_empty_candidate_is_refused_with_the_check_on(converted):
+    with pytest.raises(ValueError, match=r"^item 4: the candidate is empty \(''\): DENEB cannot score an empty"):
+        converted["model"].score(converted["images"], CANDIDATES, REFERENCES, mode="per_item")
+
+
+@pytest.mark.usefixtures("authors_inputs")
 def test_per_item_mode_equals_the_authors_forward_on_one_item_chunks(converted):
     out = converted["model"].score(converted["images"], CANDIDATES, REFERENCES, mode="per_item", batch_size=4)
     torch.testing.assert_close(out.scores, torch.tensor(FIXTURE["one_item_chunks"]), atol=PARITY_TOLERANCE, rtol=0)
     assert out.num_references_used.tolist() == [len(references) for references in REFERENCES]
 
 
+@pytest.mark.usefixtures("authors_inputs")
 @pytest.mark.parametrize("batch_size", sorted(FIXTURE["predict"], key=int))
 def test_official_mode_equals_the_authors_predict(converted, batch_size):
     out = converted["model"].score(
@@ -81,6 +97,7 @@ def test_official_mode_equals_the_authors_predict(converted, batch_size):
     torch.testing.assert_close(out.scores, torch.tensor(FIXTURE["predict"][batch_size]), atol=PARITY_TOLERANCE, rtol=0)
 
 
+@pytest.mark.usefixtures("authors_inputs")
 def test_official_mode_scores_a_one_item_chunk_where_the_authors_predict_crashes(converted):
     """The authors' `predict` fails on a last chunk of one item (`len()` of the squeezed 0-d score); ours scores it as
     their `forward` does."""

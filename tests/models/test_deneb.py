@@ -17,7 +17,8 @@ from modeling_pacs.models.inputs import OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, prepr
 from modeling_pacs.testing.deneb import make_tiny_deneb_model
 from tests.fixtures.helpers import SCORE_TOLERANCE, random_image
 
-CANDIDATES = ["a cat on a sofa", "a dog running in the park", "two people", "a plate of food", ""]
+# (An empty candidate is refused, naming the item: tests/deneb/test_bad_input.py.)
+CANDIDATES = ["a cat on a sofa", "a dog running in the park", "two people", "a plate of food", "a plane"]
 REFERENCES = [
     ["a cat sleeping", "a cat", "a sofa with a cat"],
     ["a dog"],

@@ -1,7 +1,8 @@
 """The Space's "Compare metrics" tab (space/app.py), in process: its columns against direct `model.score` calls and
 against `evaluate_captions` (what `pacs-pp evaluate-captions` computes), its ranking, its messages for bad choices, one
-load per model, and no server path reachable through it. The tab run as a server (20 concurrent clients, the browser,
-captions as text) is tested in tests/space/test_app.py.
+load per model, and no server path reachable through it; the scoring mode of the metrics that have several (both
+tabs), and "Rank by" emptied when the chosen metrics change. The tab run as a server (20 concurrent clients, the
+browser, captions as text) is tested in tests/space/test_app.py.
 """
 
 import shutil
@@ -213,3 +214,91 @@ def test_deneb_compares_with_references_and_asks_for_them_without(app, demo):
                         [expected[row["caption"]] for row in details["results"]])  # fmt: skip
     message = compare(demo, app, CAPTIONS, [], ["tiny:deneb"])[0]
     assert message["visible"] is True and "reference-based metric: enter at least one reference" in message["value"]
+
+
+# ---------------------------------------------------------------------------------------------------- scoring modes
+def app_event(demo, name: str):
+    """A function the page calls on a change (not a button), by its name."""
+    (handler,) = [function.fn for function in demo.fns.values() if function.fn.__name__ == name]
+    return handler
+
+
+@pytest.fixture(scope="module")
+def deneb_engine():
+    return load_model("tiny:deneb")
+
+
+def recorded_modes(monkeypatch, engine) -> list:
+    """The `mode` of every `score` call of `engine`'s class (the app's cached model is another instance)."""
+    modes, original = [], type(engine).score
+
+    def recording(self, *arguments, **keywords):
+        modes.append(keywords.get("mode"))
+        return original(self, *arguments, **keywords)
+
+    monkeypatch.setattr(type(engine), "score", recording)
+    return modes
+
+
+def test_the_scoring_mode_reaches_the_metrics_that_have_one(app, demo, deneb_engine, monkeypatch):
+    page = page_event(demo, "compare_and_keep")
+    image = {"path": str(app.upload)}
+    for mode in ("official", "per_item"):
+        expected = deneb_engine.score([str(app.upload)] * len(CAPTIONS), CAPTIONS, [REFERENCES] * len(CAPTIONS),
+                                      mode=mode).scores.tolist()  # fmt: skip
+        modes = recorded_modes(monkeypatch, deneb_engine)
+        message, _, _, details, _, _ = page(image, "\n".join(CAPTIONS), "\n".join(REFERENCES), ["tiny:deneb", "tiny"],
+                                            "", mode)  # fmt: skip
+        assert message["visible"] is False and modes == [mode]  # PAC-S++ (no modes) is scored as always
+        by_caption = {row["caption"]: row["DENEB"] for row in details["results"]}
+        assert_scores_close([by_caption[caption] for caption in CAPTIONS], expected)
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize(
+    ("metrics", "mode", "message"),
+    [
+        (["tiny:deneb"], "chunked",
+         "Unknown scoring mode: DENEB has no scoring mode 'chunked': choose one of per_item, official"),
+        (["tiny:clip_s", "tiny"], "official",
+         "Unknown scoring mode: scoring mode 'official' applies to the metrics Polos, DENEB, not to PAC-S++, which has "
+         "one way of batching: leave it out"),
+    ],
+)  # fmt: skip
+def test_a_mode_no_chosen_metric_has_is_one_message_naming_the_valid_ones(app, demo, metrics, mode, message):
+    page = page_event(demo, "compare_and_keep")
+    shown, *outputs = page({"path": str(app.upload)}, "a red circle", "a red disc", metrics, "", mode)
+    assert shown["value"] == message and shown["visible"] is True
+    assert all(output is None for output in outputs)
+
+
+def test_changing_the_metrics_empties_rank_by_and_shows_the_mode_only_for_metrics_with_modes(demo):
+    changed = app_event(demo, "chosen_metrics_changed")
+    rank_by, kept, mode = changed(["tiny:clip_s", "tiny"])
+    assert (rank_by["choices"], rank_by["value"], kept) == ([], None, None)  # no column of the previous comparison
+    assert mode["visible"] is False and mode["choices"] == [] and mode["value"] is None
+    rank_by, kept, mode = changed(["tiny", "tiny:deneb"])
+    assert (rank_by["choices"], rank_by["value"], kept) == ([], None, None)
+    assert mode["visible"] is True and mode["choices"] == ["per_item", "official"] and mode["value"] == "per_item"
+
+
+def test_the_image_tab_shows_the_mode_for_a_model_with_modes_and_forwards_it(app, deneb_engine, monkeypatch):
+    local = deneb_engine.name_or_path  # tiny:deneb's folder, as the operator's model
+    demo = app.build_demo(tiny=True, local_model=local, public=False)
+    mode_choice = app_event(demo, "mode_choice")
+    assert mode_choice(app.TINY_CHOICE)["visible"] is False
+    shown = mode_choice(local)
+    assert shown["visible"] is True and shown["choices"] == ["per_item", "official"]
+    score = page_event(demo, "score")
+    for mode in ("official", "per_item"):
+        modes = recorded_modes(monkeypatch, deneb_engine)
+        message, _, _, _, details = score({"path": str(app.upload)}, "\n".join(CAPTIONS), "\n".join(REFERENCES),
+                                          local, mode)  # fmt: skip
+        assert message["visible"] is False and details["mode"] == mode and modes == [mode]
+        monkeypatch.undo()
+        expected = deneb_engine.score([str(app.upload)] * len(CAPTIONS), CAPTIONS, [REFERENCES] * len(CAPTIONS),
+                                      mode=mode).scores.tolist()  # fmt: skip
+        by_caption = {row["caption"]: row["DENEB"] for row in details["results"]}
+        assert_scores_close([by_caption[caption] for caption in CAPTIONS], expected)
+    message, *_ = score({"path": str(app.upload)}, "a red circle", "", app.TINY_CHOICE, "official")
+    assert message["value"].startswith("Unknown scoring mode: scoring mode 'official' applies to the metrics Polos")

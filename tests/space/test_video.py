@@ -82,3 +82,17 @@ def test_video_tab_errors_are_readable(app, score_video, upload_folder, tmp_path
     for arguments, message in cases:
         with pytest.raises(app.gr.Error, match=message):
             score_video(*arguments, app.TINY_CHOICE)
+
+
+def test_a_metric_of_images_is_refused_by_the_video_tab_by_name(app, upload_folder, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    local = load_model("tiny:deneb").name_or_path  # a DENEB folder as the operator's model
+    demo = app.build_demo(tiny=True, local_model=local, public=False)
+    (score_video,) = [function.fn for function in demo.fns.values() if function.api_name == "score_video"]
+    clip = write_video(upload_folder / "clip.mov", random_frames(2, 50))
+    with pytest.raises(app.gr.Error) as error:
+        score_video(str(clip), "a man rides a bike", "a person cycling", 2, local)
+    assert error.value.title == "Not a video metric"
+    assert error.value.message == (
+        "DENEB scores images only, not videos: score videos with one of the metrics pac_s_pp, pac_s, clip_s"
+    )
