@@ -129,9 +129,10 @@ def check_scoring_mode(spec, mode: str) -> str:
     (a door checks it before loading anything)."""
     if not spec.capabilities.scoring_modes:
         able = [other.display_name for other in METRICS.values() if other.capabilities.scoring_modes]
+        family = spec.display_name if len(spec.metrics) <= 1 else f"{spec.display_name} ({', '.join(spec.metrics)})"
         raise UnsupportedOptionError(
-            f"scoring mode {mode!r} applies to the metrics {', '.join(able)}, not to {spec.display_name}, which has "
-            "one way of batching: leave it out"
+            f"scoring mode {mode!r} applies to the metrics {', '.join(able)}, not to {family}, which has one way of "
+            "batching: leave it out"
         )
     if mode not in spec.capabilities.scoring_modes:
         raise InputError(

@@ -18,8 +18,8 @@ CAPTIONS = ["a cat on a sofa", "a dog in the park", "two birds on a wire"]
 # Different reference counts: the official mode cuts each chunk to its smallest count, per_item uses them all.
 REFERENCES = [["a cat sleeping", "a cat on a couch", "a grey cat"], ["a dog running"], ["birds", "two small birds"]]
 REFUSAL = (
-    "scoring mode 'official' applies to the metrics Polos, DENEB, not to PAC-S++, which has one way of batching: "
-    "leave it out"
+    "scoring mode 'official' applies to the metrics Polos, DENEB, not to PAC-S++ (pac_s_pp, pac_s, "
+    "clip_s), which has one way of batching: leave it out"
 )
 
 

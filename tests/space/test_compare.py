@@ -261,8 +261,8 @@ def test_the_scoring_mode_reaches_the_metrics_that_have_one(app, demo, deneb_eng
         (["tiny:deneb"], "chunked",
          "Unknown scoring mode: DENEB has no scoring mode 'chunked': choose one of per_item, official"),
         (["tiny:clip_s", "tiny"], "official",
-         "Unknown scoring mode: scoring mode 'official' applies to the metrics Polos, DENEB, not to PAC-S++, which has "
-         "one way of batching: leave it out"),
+         "Unknown scoring mode: scoring mode 'official' applies to the metrics Polos, DENEB, not to PAC-S++ (pac_s_pp, "
+         "pac_s, clip_s), which has one way of batching: leave it out"),
     ],
 )  # fmt: skip
 def test_a_mode_no_chosen_metric_has_is_one_message_naming_the_valid_ones(app, demo, metrics, mode, message):
