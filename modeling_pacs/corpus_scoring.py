@@ -3,6 +3,7 @@ blocks for the job engine, reference cells, and the exactly-once merge of finish
 `modeling_pacs.cli.score_corpus`, drives them)."""
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,8 +16,6 @@ class CorpusError(InputError):
     """A corpus row that cannot be scored; the message names the row (the CLI exits with it)."""
 
 
-# The shard rows' list of the scores that an answer could not give (written null): the merge counts them, and drops it.
-FAILED_SCORES_KEY = "_failed_scores"
 # Rows read from the input at a time; independent of the shard size, so reading never holds more than this.
 READ_BLOCK_ROWS = 4096
 
@@ -152,7 +151,7 @@ def merge_shards(
     counted: tuple = (),
 ) -> dict:
     """Concatenate the shard files in row order into scores.jsonl and write summary.json (streaming sums). A null
-    score (a row without references, or an answer that gave no score: `FAILED_SCORES_KEY`) is left out of its mean;
+    score (a row without references, or an answer that gave no score: NaN in the shard) is left out of its mean;
     `with_references` adds the count of rows without references; `counted` names count columns (a judge's
     `failed_answers`) whose totals go in `totals`, and the null scores of failed answers in `num_failed`."""
     sums = dict.fromkeys(score_names, 0.0)
@@ -164,9 +163,11 @@ def merge_shards(
     def merged_lines() -> Iterator[str]:
         nonlocal truncated, without_references
         for result in job.merged_rows(num_rows, job.read_jsonl_shard):
-            failed = result.pop(FAILED_SCORES_KEY, [])
+            failed = [name for name, value in result.items() if isinstance(value, float) and math.isnan(value)]
+            result |= dict.fromkeys(failed)  # scores.jsonl is JSON: null, counted in summary.json's num_failed
             for name in failed:
-                failed_scores[name] += 1
+                if name in failed_scores:
+                    failed_scores[name] += 1
             for name in counted:
                 totals[name] += result.get(name) or 0
             truncated += (result.get("truncated_tokens") or 0) > 0
@@ -200,7 +201,6 @@ def merge_shards(
 
 __all__ = [
     "CorpusError",
-    "FAILED_SCORES_KEY",
     "READ_BLOCK_ROWS",
     "csv_rows",
     "name_item_row",

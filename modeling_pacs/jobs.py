@@ -63,6 +63,11 @@ PAUSE_AFTER_SHARDS_VARIABLE = "PACS_PP_TEST_PAUSE_AFTER_SHARDS"
 # still resumes, its unrecorded shards verified by reading them. Not compared on resume.
 RECORDS_KEY = "shard_records"
 RECORDS_VERSION = "blake2b-256"
+# A JSON-lines shard row's keys whose value was NaN (a judge's unparsable answer): JSON has no NaN, so the shard holds
+# null there and lists the keys under this one; `read_jsonl_shard` makes them NaN again.
+NAN_KEYS = "_nan"
+# The same list under the name corpus scoring's shards gave it before: such shards still read back with their NaN.
+OLD_NAN_KEYS = ("_failed_scores",)
 
 
 # ---------------------------------------------------------------------------------------------------- atomic files
@@ -490,21 +495,23 @@ class ShardedJob:
         pause_if_asked(self.shards_written)
 
     def write_jsonl_shard(self, shard: int, rows: Iterable[dict]):
-        """Write shard k as JSON lines (no NaN or Infinity: they are not JSON)."""
+        """Write shard k as JSON lines; a NaN value is written null, its key listed under `NAN_KEYS`
+        (`read_jsonl_shard` restores it). Infinity is refused: it is not JSON."""
         rows = list(rows)
 
         def write(path: Path):
             with path.open("w", encoding="utf-8", newline="") as file:
                 for row in rows:
-                    file.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+                    file.write(json.dumps(nan_as_null(row), ensure_ascii=False, allow_nan=False) + "\n")
 
         self.write_shard(shard, write, rows=len(rows))
 
     @staticmethod
     def read_jsonl_shard(path: Path) -> Iterator[dict]:
+        """The rows of a JSON-lines shard, the NaN values that `write_jsonl_shard` wrote null restored."""
         with path.open(encoding="utf-8") as handle:
             for line in handle:
-                yield json.loads(line)
+                yield null_as_nan(json.loads(line))
 
     # ------------------------------------------------------------------------------------------ merging
     def missing_shards(self, num_items: int) -> list[int]:
@@ -568,6 +575,32 @@ class ShardedJob:
         """Delete the `.*.tmp` files that processes killed mid-write left (shards, records, and the merged outputs
         and manifest in the job's folder); call once every writer has finished."""
         remove_stale_temporaries(self.shard_dir, self.output_dir)
+
+
+def nan_as_null(row: dict) -> dict:
+    """The row as a JSON-lines shard holds it: each NaN value null, the keys listed under `NAN_KEYS`.
+
+    Example:
+
+    ```python
+    >>> nan_as_null({"row": 3, "score": float("nan"), "answer": "?"})
+    {'row': 3, 'score': None, 'answer': '?', '_nan': ['score']}
+    >>> null_as_nan(nan_as_null({"row": 3, "score": float("nan")}))
+    {'row': 3, 'score': nan}
+    ```
+    """
+    nan = [key for key, value in row.items() if isinstance(value, float) and math.isnan(value)]
+    if NAN_KEYS in row:
+        raise ValueError(f"a shard row may not have the key {NAN_KEYS!r}: it lists the row's NaN values")
+    return {**row, **dict.fromkeys(nan), NAN_KEYS: nan} if nan else row
+
+
+def null_as_nan(row: dict) -> dict:
+    """`nan_as_null` undone (and the list of an older corpus-scoring shard, `OLD_NAN_KEYS`): the listed keys NaN."""
+    for key in (NAN_KEYS, *OLD_NAN_KEYS):
+        for name in row.pop(key, None) or ():
+            row[name] = math.nan
+    return row
 
 
 # ---------------------------------------------------------------------------------------------------- progress
@@ -673,6 +706,7 @@ class JobProgress:
 
 
 __all__ = [
+    "NAN_KEYS",
     "JobProgress",
     "RowBlock",
     "ShardReader",
@@ -683,6 +717,8 @@ __all__ = [
     "file_sha256",
     "format_duration",
     "launch_state",
+    "nan_as_null",
+    "null_as_nan",
     "path_fingerprint",
     "record_path",
     "remove_stale_temporaries",

@@ -31,7 +31,9 @@ CANONICAL_DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16"
                     "bfloat16": "bf16"}  # fmt: skip
 
 
-def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None):
+def load_model(
+    model: str = DEFAULT_MODEL, device: str | None = None, dtype: str | None = None, *, merge_adapter: bool = True
+):
     """Load a scoring model from an alias (`pac_s_pp_vit_b32`, `clip_s_vit_b32`, ...), a Hub id or a local directory,
     by the `MetricSpec` of its config's `model_type` (`registry.METRICS`): a `PACSModel` (PAC-S++, PAC-S, CLIP-S), a
     `PolosModel`, a `PearlScorer`, ...
@@ -47,16 +49,19 @@ def load_model(model: str = DEFAULT_MODEL, device: str | None = None, dtype: str
     A name that is no alias, directory or Hub id raises `UnknownModelError` at once (with the closest alias); a Hub id
     that is not cached and cannot be reached raises `ModelUnavailableError` after one short request, saying the ways
     out (`model_sources.py`). The libraries' loading chatter is hidden; our own warnings show.
+
+    `merge_adapter=False` keeps a LoRA adapter unmerged on the backbone's weights (`model.merge_adapter()` merges it;
+    `model.merge_deferred` says it is pending), for this load only; families without adapters ignore it.
     """
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")
     check_dtype(dtype)
     check_model_source(model)  # a typo, or a Hub id that cannot be had, is refused before anything loads
     with quiet_library_loading():  # the libraries' loading bars, load reports and FutureWarnings (`logs.py`)
-        return _load_model(model, device, dtype)
+        return _load_model(model, device, dtype, merge_adapter)
 
 
-def _load_model(model: str, device: str | None, dtype: str | None):
+def _load_model(model: str, device: str | None, dtype: str | None, merge_adapter: bool = True):
     tiny = parse_tiny_alias(model)
     if tiny is not None:
         from .testing.directories import tiny_model_directory
@@ -86,7 +91,7 @@ def _load_model(model: str, device: str | None, dtype: str | None):
             f"dtype {dtype!r} on a CPU is emulated: it runs slower than fp32 and its scores are about 1e-3 away from "
             "the reference numbers; use fp32 (the default) on a CPU, and fp16/bf16 on a GPU"
         )
-    return spec.load(name_or_path, device=device, dtype=dtype)
+    return spec.load(name_or_path, device=device, dtype=dtype, merge_adapter=merge_adapter)
 
 
 def refuse_unsupported_model_type(name_or_path: str) -> None:

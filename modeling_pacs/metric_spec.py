@@ -83,6 +83,9 @@ class Capabilities:
     dtypes: tuple[str, ...] = ("fp32",)
     # keyword options `score` accepts beyond `images, candidates, references`; any other is refused
     score_options: tuple[str, ...] = ()
+    # keyword options the loader accepts beyond `name_or_path, device, dtype` (`merge_adapter`: a LoRA adapter kept
+    # unmerged); `MetricSpec.load` passes only these: an option a family does not declare does not apply to it
+    load_options: tuple[str, ...] = ()
     needs_model: bool = True  # False for the n-gram metrics (pycocoevalcap scorers)
     external: tuple[str, ...] = ()  # programs it runs besides Python ("java" for METEOR, SPICE, PTB tokenisation)
     # why the Space refuses this metric's models, the operator's `--model` too (empty: it serves them)
@@ -146,8 +149,9 @@ class MetricSpec:
     """One metric family in the registry (`registry.METRICS`), keyed by `name` (a model metric's `model_type`).
 
     Model metrics (`capabilities.needs_model`) name their config and model classes, the loader of a directory or Hub
-    id (`loader(name_or_path, device, dtype) -> model`), their converters, released variants and tiny models. Metrics
-    without a model (BLEU, CIDEr, ...) name a `scorer` with pycocoevalcap's `compute_score(gts, res)` interface.
+    id (`loader(name_or_path, device, dtype, **load_options) -> model`), their converters, released variants and tiny
+    models. Metrics without a model (BLEU, CIDEr, ...) name a `scorer` with pycocoevalcap's `compute_score(gts, res)`
+    interface.
     """
 
     name: str
@@ -178,11 +182,14 @@ class MetricSpec:
                 return output
         raise KeyError(f"{self.display_name} has no output {key!r}; it has {[o.key for o in self.outputs]}")
 
-    def load(self, name_or_path: str, device: str | None = None, dtype: str | None = None):
-        """Load a model of this family (the registry's loader: `loading.load_model` calls it)."""
+    def load(self, name_or_path: str, device: str | None = None, dtype: str | None = None, **options: Any):
+        """Load a model of this family (the registry's loader: `loading.load_model` calls it). `options` that the
+        family declares (`Capabilities.load_options`) go to its loader; the others do not apply to it and are left
+        out (`merge_adapter=False` for a family without adapters)."""
         if self.loader is None:
             raise TypeError(f"{self.display_name} has no model to load: score it with its scorer ({self.scorer})")
-        return resolve(self.loader)(name_or_path, device=device, dtype=dtype)
+        declared = {name: value for name, value in options.items() if name in self.capabilities.load_options}
+        return resolve(self.loader)(name_or_path, device=device, dtype=dtype, **declared)
 
 
 @runtime_checkable

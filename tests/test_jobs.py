@@ -14,6 +14,7 @@ from modeling_pacs.jobs import (
     ShardReader,
     atomic_path,
     format_duration,
+    nan_as_null,
     path_fingerprint,
     record_path,
 )
@@ -311,3 +312,31 @@ def test_the_next_successful_run_removes_the_temporaries_of_killed_writers_and_m
     job.remove_temporaries()
     assert not any(leftover.exists() for leftover in leftovers)
     assert (tmp_path / "job" / "notes.tmp").exists()
+
+
+def test_nan_in_a_jsonl_shard_is_null_on_disk_and_nan_when_read_back(tmp_path):
+    """JSON has no NaN (a judge's unparsable answer): the shard holds null and lists the keys; reading restores them.
+    A shard of corpus scoring's older list (`_failed_scores`) reads back the same way."""
+    import math
+
+    job = make_job(tmp_path)
+    job.start()
+    rows = [{"row": 0, "score": math.nan, "count": 1}, {"row": 1, "score": 0.25, "count": 0},
+            {"row": 2, "score": math.nan, "other": math.nan}]  # fmt: skip
+    job.write_jsonl_shard(0, rows)
+    on_disk = [json.loads(line) for line in job.shard_path(0).read_text().splitlines()]
+    assert on_disk == [{"row": 0, "score": None, "count": 1, "_nan": ["score"]}, {"row": 1, "score": 0.25, "count": 0},
+                       {"row": 2, "score": None, "other": None, "_nan": ["score", "other"]}]  # fmt: skip
+    read = list(job.merged_rows(3, job.read_jsonl_shard))
+    assert [list(row) for row in read] == [["row", "score", "count"], ["row", "score", "count"],
+                                           ["row", "score", "other"]]  # fmt: skip
+    assert math.isnan(read[0]["score"]) and read[1]["score"] == 0.25 and read[0]["count"] == 1
+    assert math.isnan(read[2]["score"]) and math.isnan(read[2]["other"])
+    older = tmp_path / "older.jsonl"
+    older.write_text(json.dumps({"row": 0, "score": None, "failed_answers": 1, "_failed_scores": ["score"]}) + "\n")
+    (row,) = ShardedJob.read_jsonl_shard(older)
+    assert list(row) == ["row", "score", "failed_answers"] and math.isnan(row["score"])
+    with pytest.raises(ValueError, match="may not have the key '_nan'"):
+        nan_as_null({"row": 0, "score": math.nan, "_nan": []})
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        job.write_jsonl_shard(1, [{"row": 3, "score": math.inf}])

@@ -160,11 +160,13 @@ def output_text(evaluation, suffix: str, raw_csv: bool = False) -> str:
 
 def run(args: argparse.Namespace):
     from ..evaluation.captions import evaluate_captions, parse_metrics
+    from ..heap import return_large_blocks
     from ..jobs import write_text_atomically
     from ..output_paths import check_output_file
     from .score import quiet_libraries
 
     quiet_libraries(args.verbose)
+    return_large_blocks()  # one model's freed activations are not kept in the heap under the next one's
     metrics = [name for name in args.metrics.split(",") if name.strip()]
     parse_metrics(metrics)  # an unknown metric is named before any file is read
     skip = [policy.strip().replace("-", "_") for policy in args.skip.split(",") if policy.strip()]

@@ -25,7 +25,6 @@ Variants:
 import argparse
 import json
 import logging
-import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -39,7 +38,6 @@ from modeling_pacs.cli.arguments import (
     long_captions_options,
 )
 from modeling_pacs.corpus_scoring import (
-    FAILED_SCORES_KEY,
     csv_rows,
     dataset_blocks,
     jsonl_blocks,
@@ -165,10 +163,7 @@ def score_shard(model, shard: int, rows: list[dict], args: argparse.Namespace, i
         ) from None
     results = []
     for offset, (row, values) in enumerate(zip(rows, item_rows(scored.columns), strict=True)):
-        result = {"row": first_row + offset} | values
-        failed = [name for name, value in values.items() if isinstance(value, float) and math.isnan(value)]
-        if failed:  # a judge's unparsable answer: null in JSON, named for the merge's counts (`FAILED_SCORES_KEY`)
-            result |= dict.fromkeys(failed) | {FAILED_SCORES_KEY: failed}
+        result = {"row": first_row + offset} | values  # NaN (a judge's unparsable answer): the shard keeps it
         result.update({column: row.get(column) for column in args.keep_columns})
         results.append(result)
     return results

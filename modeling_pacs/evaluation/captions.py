@@ -6,7 +6,7 @@ Pearl, ...) are loaded once each and read every image decoded once; models with 
 of one backbone) encode each image once between them. Each metric gets a reproducibility signature
 (`modeling_pacs/signatures.py`). With `output_dir`, the model metrics run on the job engine (`modeling_pacs/jobs.py`):
 sharded across `torchrun` processes, resumable after a kill, each item merged exactly once; the n-gram metrics,
-corpus-level, run once on the main process.
+corpus-level, run once on the main process, their scores kept in the job folder for a resumed run.
 
 Policies (nothing is dropped silently: `CaptionEvaluation.skipped` and the table's footer count every skipped row):
 
@@ -59,10 +59,13 @@ DEFAULT_METRICS = ("bleu", "meteor", "rouge_l", "cider", "spice", "clip_s_vit_b3
 NGRAM_METRICS = {name: spec for name, spec in METRICS.items() if spec.scorer}
 SKIP_POLICIES = ("empty_captions", "missing_images")
 DUPLICATE_POLICIES = ("error", "separate")
-# Items decoded and scored together: each image is decoded once per chunk, and only a chunk's images are in memory.
-CHUNK_SIZE = 256
+# Items decoded and scored together: each image is decoded once, and only a chunk's images are in memory (64 COCO
+# images of 640x480 are 60 MiB decoded; 256 held 450 MiB more at the peak). One image batch of `batch_size`.
+CHUNK_SIZE = 64
 # Items per shard of a job folder (`output_dir`, `--output-dir`): the unit of resumption and of the work split.
 SHARD_SIZE = 1024
+# The n-gram metrics' scores in a job folder (`NgramResults`): a resumed run reads them.
+NGRAM_RESULTS_NAME = "ngram_scores.json"
 # SPICE's parser: pycocoevalcap downloads these on first use (`spice/get_stanford_models.py`).
 CORENLP_ZIP = "http://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-09.zip"
 CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
@@ -366,6 +369,46 @@ def score_ngrams(entries: list[MetricEntry], gts: dict, res: dict, progress: boo
     return corpus, per_item
 
 
+class NgramResults:
+    """The n-gram metrics' corpus and per-item scores, kept in a job folder (`NGRAM_RESULTS_NAME`) once computed, so
+    that a resumed run reads them instead of running pycocoevalcap again. The file holds a fingerprint of what they
+    were computed from (each metric's signature, every scored item's caption and references): a run whose metrics or
+    items differ recomputes them (and replaces the file)."""
+
+    def __init__(self, output_dir: Path, signatures: dict[str, str], items: list[dict], references: list[list[str]]):
+        import hashlib
+        import json
+
+        self.path = Path(output_dir) / NGRAM_RESULTS_NAME
+        digest = hashlib.sha256(json.dumps(signatures, sort_keys=True).encode())
+        for item, refs in zip(items, references, strict=True):
+            digest.update((json.dumps([item["caption"], refs], ensure_ascii=False) + "\n").encode())
+        self.fingerprint = f"sha256:{digest.hexdigest()}"
+
+    def read(self) -> tuple[dict, dict] | None:
+        """`(corpus, per_item)` as `score_ngrams` returns them, or None when the file is absent, unreadable or of
+        other metrics or items (then they are computed again)."""
+        import json
+
+        try:
+            stored = json.loads(self.path.read_text(encoding="utf-8"))
+            if stored["fingerprint"] != self.fingerprint:
+                logger.info("%s holds the n-gram scores of other metrics or items: scoring them again", self.path)
+                return None
+            return stored["corpus"], stored["items"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, corpus: dict, per_item: dict) -> None:
+        """Keep them, atomically (a kill leaves the previous file or none)."""
+        import json
+
+        from ..jobs import write_text_atomically
+
+        content = {"fingerprint": self.fingerprint, "corpus": corpus, "items": per_item}
+        write_text_atomically(self.path, [json.dumps(content, ensure_ascii=False) + "\n"])
+
+
 def item_score(value: Any) -> float:
     """A scorer's per-item score as a float (SPICE gives a dict of categories: its `All` F-score)."""
     if isinstance(value, dict):
@@ -407,23 +450,18 @@ def decode_images(images: list) -> list:
 
 
 def load_models(entries: list[MetricEntry], device: str | None, dtype: str | None) -> dict[str, Any]:
-    """The models of `entries`, loaded once each. PAC-S++ adapters load unmerged (`PACSModel.defer_adapter_merge`):
+    """The models of `entries`, loaded once each. PAC-S++ adapters load unmerged (`load_model(merge_adapter=False)`):
     `share_identical_backbones` keeps one whose base weights another model holds on those weights, and merges the
     others (then each model is as `pacs-score` loads it)."""
     from ..loading import load_model
-    from ..models.modeling_pacs import PACSModel
 
-    PACSModel.defer_adapter_merge = True
-    try:
-        models = {}
-        for entry in entries:
-            models[entry.name] = load_model(entry.name, device=device, dtype=dtype)
-            # Shared as they load: a duplicate's weights are dropped before the next model's are read.
-            candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", 0) is None}
-            share_identical_backbones(candidates, merge_unshared=False)
-        return models
-    finally:
-        PACSModel.defer_adapter_merge = False
+    models = {}
+    for entry in entries:
+        models[entry.name] = load_model(entry.name, device=device, dtype=dtype, merge_adapter=False)
+        # Shared as they load: a duplicate's weights are dropped before the next model's are read.
+        candidates = {name: model for name, model in models.items() if getattr(model, "embedding_cache", 0) is None}
+        share_identical_backbones(candidates, merge_unshared=False)
+    return models
 
 
 def share_image_encoders(models: dict[str, Any], max_entries: int) -> Any:
@@ -552,23 +590,6 @@ def score_rows(models: dict, options: dict, items: list[dict], references: list 
     return rows
 
 
-# A shard row's keys whose value is NaN (a judge's unparsable answer): JSON has no NaN, so the shard holds null there.
-NAN_KEYS = "_nan"
-
-
-def shard_row(row: dict) -> dict:
-    """The row as a job shard keeps it: NaN values become null, their keys listed under `NAN_KEYS`."""
-    nan = [key for key, value in row.items() if isinstance(value, float) and math.isnan(value)]
-    return {**row, **dict.fromkeys(nan), NAN_KEYS: nan} if nan else row
-
-
-def row_of_shard(row: dict) -> dict:
-    """`shard_row` undone: the listed keys are NaN again."""
-    for key in row.pop(NAN_KEYS, ()):
-        row[key] = math.nan
-    return row
-
-
 def row_name(item: dict) -> str:
     """How an error names an item: its row in the input and its image id."""
     return f"row {item['row']} (image_id {item['image_id']!r})"
@@ -611,6 +632,24 @@ def job_manifest(entries: list[MetricEntry], items: list[dict], references: list
     }
 
 
+def open_job(entries: list[MetricEntry], items: list[dict], references: list | None, *, dtype: str | None,
+             long_captions: str, mode: str | None, output_dir: str | os.PathLike, shard_size: int,
+             processes: Any) -> tuple[Any, Any]:  # fmt: skip
+    """The job folder of the model metrics `entries` (`modeling_pacs.jobs.ShardedJob`), started: `(job, wanted)`.
+    Opened before any metric runs, so that its manifest guards the folder before the n-gram results go in it."""
+    from ..jobs import ShardedJob
+
+    job = ShardedJob(
+        Path(output_dir),
+        job_manifest(entries, items, references, dtype, long_captions, mode),
+        shard_size=shard_size,
+        process_index=0 if processes is None else processes.process_index,
+        num_processes=1 if processes is None else processes.num_processes,
+        barrier=(lambda: None) if processes is None else processes.wait_for_everyone,
+    )
+    return job, job.start()
+
+
 def score_models(
     entries: list[MetricEntry],
     items: list[dict],
@@ -623,16 +662,16 @@ def score_models(
     progress: bool | None,
     chunk_size: int,
     mode: str | None = None,
-    output_dir: str | os.PathLike | None = None,
-    shard_size: int = SHARD_SIZE,
+    job: Any = None,
+    wanted: Any = None,
     processes: Any = None,
 ) -> tuple[dict, dict, dict, dict] | None:
     """Per-item columns, labels, output fields and signatures of the model metrics: each model loaded once, each chunk
     of items' images decoded once and read by every model.
 
-    With `output_dir`, the items are the job engine's shards (`modeling_pacs.jobs.ShardedJob`): each process of
-    `processes` scores its own, every finished shard is kept (a rerun resumes), and the main process merges them,
-    each item exactly once. Returns None on the other processes."""
+    With a `job` (`open_job`: `modeling_pacs.jobs.ShardedJob` and its `wanted(shard)`), the items are the job's
+    shards: each process of `processes` scores its own, every finished shard is kept (a rerun resumes), and the main
+    process merges them, each item exactly once. Returns None on the other processes."""
     from tqdm.auto import tqdm
 
     from ..loading import score_options
@@ -641,20 +680,8 @@ def score_models(
 
     num_processes = 1 if processes is None else processes.num_processes
     is_main = processes is None or processes.is_main_process
-    job = None
     positions = list(range(len(items)))
-    if output_dir is not None:
-        from ..jobs import ShardedJob
-
-        job = ShardedJob(
-            Path(output_dir),
-            job_manifest(entries, items, references, dtype, long_captions, mode),
-            shard_size=shard_size,
-            process_index=0 if processes is None else processes.process_index,
-            num_processes=num_processes,
-            barrier=(lambda: None) if processes is None else processes.wait_for_everyone,
-        )
-        wanted = job.start()
+    if job is not None:
         mine = [shard for shard in range(job.num_shards(len(items))) if wanted(shard)]
         done_before = len(items) - sum(
             len(job.shard_rows(shard, len(items))) for shard in job.missing_shards(len(items))
@@ -686,12 +713,12 @@ def score_models(
             for shard in mine:
                 shard_positions = list(job.shard_rows(shard, len(items)))
                 rows = score_rows(models, options, items, references, shard_positions, chunk_size, cache, done)
-                job.write_jsonl_shard(shard, [shard_row(row) for row in rows])
+                job.write_jsonl_shard(shard, rows)  # NaN (a judge's unparsable answer) kept
                 logger.info("process %d: shard %d (%d items) done", job.process_index, shard, len(shard_positions))
             job.barrier()
             if not is_main:
                 return None
-            rows = [row_of_shard(row) for row in job.merged_rows(len(items), job.read_jsonl_shard)]
+            rows = list(job.merged_rows(len(items), job.read_jsonl_shard))
             job.remove_temporaries()
     finally:
         for bar in bars.values():
@@ -752,7 +779,8 @@ def evaluate_captions(
         progress: a bar per metric with an ETA (None: when stderr is a terminal; False: none).
         chunk_size: items decoded and scored together (bounds the decoded images held in memory).
         output_dir: a job folder (`modeling_pacs.jobs`) for the model metrics' per-item scores, `shard_size` items
-            per shard: a rerun with the same items and metrics resumes, finished shards kept.
+            per shard, and the n-gram metrics' scores (`ngram_scores.json`): a rerun with the same items and metrics
+            resumes, finished shards and n-gram scores kept (other n-gram metrics are scored again).
         processes: this process among several (an `accelerate.PartialState` under `torchrun`): each scores its own
             shards of `output_dir`; the main process merges them, runs the n-gram metrics and returns the
             evaluation, the others return None.
@@ -792,30 +820,42 @@ def evaluate_captions(
     corpus: dict[str, float] = {}
     signatures: dict[str, str] = {}
 
+    job = wanted = None
+    if output_dir is not None:  # its manifest guards the folder before anything is written in it
+        job, wanted = open_job(models, kept, references, dtype=dtype, long_captions=long_captions, mode=mode,
+                               output_dir=output_dir, shard_size=shard_size, processes=processes)  # fmt: skip
+
     def run_ngrams():  # corpus-level (CIDEr's document frequencies): once, on every item with references
         scored_positions = [position for position in range(len(kept)) if references[position]]
-        scored_items = [kept[position] for position in scored_positions]
         scored_references = [references[position] for position in scored_positions]
-        gts, res = tokenize(scored_items, scored_references)
-        ngram_corpus, ngram_items = score_ngrams(ngrams, gts, res, progress)
+        ngram_signatures = {entry.name: ngram_signature(entry.spec, scored_references) for entry in ngrams}
+        stored = None if job is None else NgramResults(job.output_dir, ngram_signatures, kept, references)
+        found = None if stored is None else stored.read()
+        if found is None:
+            gts, res = tokenize([kept[position] for position in scored_positions], scored_references)
+            found = score_ngrams(ngrams, gts, res, progress)
+            if stored is not None:
+                stored.write(*found)
+        ngram_corpus, ngram_items = found
         corpus.update(ngram_corpus)
         for column, values in ngram_items.items():
             columns[column] = [None] * len(kept)
             for position, value in zip(scored_positions, values, strict=True):
                 columns[column][position] = value
             labels[column], kinds[column] = column, "score"
-        signatures.update({entry.name: ngram_signature(entry.spec, scored_references) for entry in ngrams})
+        signatures.update(ngram_signatures)
 
     # One process: the n-gram metrics first, before any model is loaded (their peak memory and the models' do not
     # add up). Several: the main process runs them once every shard is merged, so that no process waits for them.
+    # With a job folder, their results are kept there: a resumed run reads them instead of scoring again.
     single_process = processes is None or processes.num_processes == 1
     if ngrams and single_process:
         run_ngrams()
     if models:
         scored = score_models(
             models, kept, references, device=device, dtype=dtype, batch_size=batch_size,
-            long_captions=long_captions, progress=progress, chunk_size=chunk_size, output_dir=output_dir,
-            shard_size=shard_size, processes=processes, mode=mode,
+            long_captions=long_captions, progress=progress, chunk_size=chunk_size, job=job, wanted=wanted,
+            processes=processes, mode=mode,
         )  # fmt: skip
         if scored is None:
             return None

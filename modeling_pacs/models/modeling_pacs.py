@@ -242,9 +242,9 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
     ```
     """
 
-    # True while `evaluate_captions` loads its models: an adapter is then loaded unmerged (`merge_deferred`), so that
-    # a backbone equal to another model's can be stored once; `merge_adapter()` merges it where it is not shared.
-    defer_adapter_merge = False
+    # True for a model whose config merges its adapter but that was loaded with `merge_adapter=False` (as
+    # `evaluate_captions` loads, so that a backbone equal to another model's can be stored once): `merge_adapter()`
+    # merges it where it is not shared.
     merge_deferred = False
 
     def __init__(self, config: PACSConfig):
@@ -263,8 +263,17 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
 
     # ------------------------------------------------------------------------------------------------ loading
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, load_adapter: bool = True, **kwargs):
-        """Load weights, tokenizer and (when `config.adapter_path` is set) the PEFT adapter."""
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path,
+        *model_args,
+        load_adapter: bool = True,
+        merge_adapter: bool | None = None,
+        **kwargs,
+    ):
+        """Load weights, tokenizer and (when `config.adapter_path` is set) the PEFT adapter, merged into the weights
+        when `merge_adapter` says so (None: as `config.merge_adapter` says). A model whose config merges its adapter
+        but that is loaded with `merge_adapter=False` has `merge_deferred` set; `merge_adapter()` merges it."""
         name_or_path = os.fspath(pretrained_model_name_or_path)
         hub_kwargs = hub_download_kwargs(kwargs)
         check_model_directory(name_or_path)
@@ -278,7 +287,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
         check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
         if load_adapter and model.config.adapter_path:
-            merge = model.config.merge_adapter and not PACSModel.defer_adapter_merge
+            merge = model.config.merge_adapter and merge_adapter is not False
             model.load_lora_adapter(name_or_path, merge=merge, **hub_kwargs)
             model.merge_deferred = model.config.merge_adapter and not merge
         warn_if_random_weights(model.config, name_or_path, logger)

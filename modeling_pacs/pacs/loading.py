@@ -65,9 +65,12 @@ def place(model, device: str | None, dtype: str | None):
     return model.to(DTYPES[dtype]) if dtype is not None else model
 
 
-def load_pacs_model(name_or_path: str, device: str | None = None, dtype: str | None = None) -> PACSModel:
+def load_pacs_model(
+    name_or_path: str, device: str | None = None, dtype: str | None = None, merge_adapter: bool = True
+) -> PACSModel:
     """A `PACSModel` from a PAC-S++ directory or Hub id, or from a plain CLIP / SigLIP / SigLIP 2 checkpoint (CLIP-S
-    with the backbone's own pipelines).
+    with the backbone's own pipelines). `merge_adapter=False` keeps a LoRA adapter that the config would merge
+    unmerged (`PACSModel.from_pretrained`; `model.merge_adapter()` merges it later).
 
     Example:
 
@@ -84,7 +87,7 @@ def load_pacs_model(name_or_path: str, device: str | None = None, dtype: str | N
             require("sentencepiece", "siglip", "SigLIP")
         loaded = PACSModel.from_siglip(name_or_path, dtype=torch.float32)
     else:
-        loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32)
+        loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32, merge_adapter=merge_adapter)
     return place(loaded, device, dtype)
 
 

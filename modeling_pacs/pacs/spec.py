@@ -182,6 +182,7 @@ PACS = MetricSpec(
         long_caption_modes=("truncate", "chunks"),
         dtypes=("fp32", "fp16", "bf16"),
         score_options=("image_batch_size", "text_batch_size", "progress", "long_captions"),
+        load_options=("merge_adapter",),
     ),
     outputs=(
         OutputField(

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from modeling_pacs.cli import main
+from modeling_pacs.evaluation import captions
 from modeling_pacs.evaluation.captions import evaluate_captions
 from modeling_pacs.jobs import ShardedJob
 from tests.fixtures.helpers import random_image
@@ -144,19 +145,50 @@ def test_a_killed_run_resumes_without_rescoring_or_losing_an_item(corpus, one_pr
     assert sorted(finished) == ["shard-0000000.jsonl", "shard-0000001.jsonl"]
     assert not (tmp_path / "report.json").exists()
 
-    written = []
+    assert (tmp_path / "job" / "ngram_scores.json").is_file() == JAVA  # kept before the models ran
+
+    written, ngram_runs = [], []
     original = ShardedJob.write_jsonl_shard
     monkeypatch.setattr(
         ShardedJob, "write_jsonl_shard", lambda job, shard, rows: written.append(shard) or original(job, shard, rows)
     )
+    score_ngrams = captions.score_ngrams
+    monkeypatch.setattr(captions, "score_ngrams", lambda *args: ngram_runs.append(args[0]) or score_ngrams(*args))
     with contextlib.redirect_stdout(io.StringIO()):
         main(arguments)
     assert written == [2, 3]  # only the unfinished shards were scored
+    assert ngram_runs == []  # and the n-gram metrics were read from the job folder, not scored again
     for name, modified in finished.items():
         assert (shard_dir / name).stat().st_mtime_ns == modified
     report = json.loads((tmp_path / "report.json").read_text())
     assert [item["image_id"] for item in report["items"]] == [f"images/{row:02d}.png" for row in range(NUM_ITEMS)]
     assert_reports_match(report, one_process[0])
+    for column in ["CIDEr"] if JAVA else []:  # the same floats: read back from JSON exactly
+        assert report["corpus"][column] == one_process[0]["corpus"][column]
+        assert [item[column] for item in report["items"]] == [item[column] for item in one_process[0]["items"]]
+
+
+@pytest.mark.skipif(not JAVA, reason="the n-gram metrics need Java and pycocoevalcap")
+def test_kept_ngram_scores_are_reused_for_the_same_metrics_and_items_only(corpus, tmp_path, monkeypatch):
+    rows = [json.loads(line) for line in (corpus / "items.jsonl").read_text().splitlines()][:3]
+    items = [{"image_id": row["image"], "caption": row["caption"], "references": row["references"]} for row in rows]
+    fresh = evaluate_captions(items, ["rouge_l", "cider"], progress=False)
+    ngram_runs = []
+    score_ngrams = captions.score_ngrams
+    monkeypatch.setattr(
+        captions, "score_ngrams", lambda *args: ngram_runs.append([e.name for e in args[0]]) or score_ngrams(*args)
+    )
+    runs = [evaluate_captions(items, metrics, progress=False, output_dir=tmp_path / "job")
+            for metrics in (["rouge_l", "cider"], ["rouge_l", "cider"], ["cider", "rouge_l"], ["rouge_l"])]  # fmt: skip
+    assert ngram_runs == [["rouge_l", "cider"], ["rouge_l"]]  # another metric list is scored again
+    for run in runs[:3]:
+        assert run.corpus == {**fresh.corpus} and run.items == fresh.items
+    assert runs[3].corpus == {"ROUGE_L": fresh.corpus["ROUGE_L"]}
+    kept = json.loads((tmp_path / "job" / "ngram_scores.json").read_text())
+    assert list(kept["corpus"]) == ["ROUGE_L"] and kept["fingerprint"].startswith("sha256:")
+    (tmp_path / "job" / "ngram_scores.json").write_text("{not json")  # damaged: scored again, not trusted
+    assert evaluate_captions(items, ["rouge_l"], progress=False, output_dir=tmp_path / "job").corpus == runs[3].corpus
+    assert ngram_runs[-1] == ["rouge_l"] and len(ngram_runs) == 3
 
 
 def test_items_without_references_get_empty_cells_counted_in_the_footer(corpus, one_process):

@@ -146,3 +146,38 @@ def test_unmerged_model_saves_base_and_adapter_and_reloads_identically(tiny_mode
     a = reloaded.score(image_paths, CAPTIONS).image_text_cosines
     b = unmerged.score(image_paths, CAPTIONS).image_text_cosines
     assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_merge_adapter_is_a_keyword_of_one_load_and_merge_adapter_merges_later(image_paths):
+    """`load_model(..., merge_adapter=False)` keeps this load's adapter unmerged (`merge_deferred`); a load after it
+    merges as the config says; `merge_adapter()` then merges, with the merged load's scores."""
+    import dataclasses
+
+    from modeling_pacs.loading import load_model
+    from modeling_pacs.registry import METRICS
+
+    unmerged = load_model("tiny", device="cpu", merge_adapter=False)
+    merged = load_model("tiny", device="cpu")
+    assert merged.peft_model is None and not merged.merge_deferred and merged.config.adapter_path is None
+    assert unmerged.peft_model is not None and unmerged.merge_deferred and unmerged.config.merge_adapter
+    images = image_paths[:2]
+    expected = merged.score(images, CAPTIONS[:2], references=REFERENCES[:2])
+    kept = unmerged.score(images, CAPTIONS[:2], references=REFERENCES[:2])
+    assert torch.allclose(kept.image_text_cosines, expected.image_text_cosines, atol=1e-6, rtol=0)
+    unmerged.merge_adapter()
+    assert unmerged.peft_model is None and not unmerged.merge_deferred and unmerged.config.adapter_path is None
+    now = unmerged.score(images, CAPTIONS[:2], references=REFERENCES[:2])
+    assert torch.allclose(now.image_text_cosines, expected.image_text_cosines, atol=1e-6, rtol=0)
+    assert torch.allclose(now.reference_similarities, expected.reference_similarities, atol=1e-6, rtol=0)
+    assert not hasattr(PACSModel, "defer_adapter_merge")  # no class-level switch that two loads could share
+    # a family without adapters does not declare the option: its loader never sees it
+    polos = dataclasses.replace(METRICS["polos"], loader="tests.models.test_model_io:recording_loader")
+    polos.load("a/b", device="cpu", merge_adapter=False)
+    assert RECORDED == [("a/b", {"device": "cpu", "dtype": None})]
+
+
+RECORDED = []
+
+
+def recording_loader(name_or_path, **options):
+    RECORDED.append((name_or_path, options))
