@@ -37,6 +37,8 @@ from .clip_roberta import (
     sentence_labels,
 )
 from .configuration_deneb import DENEB_MODES, DenebConfig
+from .fast_clip import FastEncoderSlot
+from .fast_deneb import FastSimVec
 from .inputs import SHORTEN_FIX, ImageInput, check_captions, check_media_count
 from .scoring import mean_or_nan
 from .scoring_deneb import sim_vec_sequences, with_class_token
@@ -143,8 +145,10 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
         self.clip_sequence_encoder = DenebSequenceEncoder(config)
         self.text_sequence_encoder = DenebSequenceEncoder(config)
         self.head = MLPHead(config.feature_size, config.hidden_sizes, config.dropout)
-        # On CPU in fp32, in eval mode without gradients, RoBERTa runs `fast_roberta` (same embeddings, less work).
+        # On CPU in fp32, in eval mode without gradients, RoBERTa runs `fast_roberta` and the Sim-Vec transformers and
+        # head `fast_deneb` (same scores, less work). `fast_cpu_encoders = False`: the modules.
         self.build_fast_text_encoder()
+        self._fast_sim_vec = FastEncoderSlot(FastSimVec.build)
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -193,6 +197,14 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
                 embeds[batch] = self.sentence_embeddings(ids, list(range(len(batch)))).cpu()
         return embeds
 
+    def fast_sim_vec(self) -> FastSimVec | None:
+        """`fast_deneb`'s Sim-Vec transformers and head for the current weights, or None where the path does not
+        apply (off, training, gradients, device, dtype)."""
+        modules = nn.ModuleList([self.clip_sequence_encoder, self.text_sequence_encoder, self.head])
+        if not self.fast_cpu_encoders or torch.is_grad_enabled() or any(module.training for module in modules):
+            return None
+        return self._fast_sim_vec.get(modules)
+
     def item_scores(
         self,
         image: torch.Tensor,
@@ -215,6 +227,9 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             self.text_projection.weight,
             self.text_projection.bias,
         )
+        fast = self.fast_sim_vec()
+        if fast is not None:
+            return fast(clip_sequence, text_sequence, image_pair).float()
         summary = torch.cat(
             [self.clip_sequence_encoder(clip_sequence), self.text_sequence_encoder(text_sequence), image_pair], dim=-1
         )
