@@ -46,6 +46,10 @@ from .sentence_mix import MLPHead, sentence_statistics
 
 logger = logging.get_logger(__name__)
 
+# Items per Sim-Vec call in `"per_item"` mode: with 5 references, 1,792 rows per matrix product, enough to run near
+# the fp32 matmul peak instead of waiting on the weights (docs/concepts/polos-pearl-cost.md#deneb).
+PER_ITEM_BATCH_SIZE = 256
+
 
 @dataclass
 class DenebScoreOutput(ModelOutput):
@@ -255,7 +259,8 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             references: one non-empty list of references per candidate (DENEB has no reference-free mode).
             mode: `"per_item"` (default of the config) or `"official"` (see the module docstring).
             batch_size: items per batch; in `"official"` mode the authors' chunk size (default
-                `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not.
+                `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not (default
+                `PER_ITEM_BATCH_SIZE`, items of one reference count through the Sim-Vec transformers at once).
             image_batch_size, text_batch_size: CLIP encoder batch sizes (do not change scores).
 
         Returns:
@@ -263,7 +268,8 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             CLIP's text encoder dropped (`truncated_tokens`, `truncated_reference_tokens`).
         """
         mode = mode or self.config.mode
-        batch_size = self.config.official_batch_size if batch_size is None else batch_size
+        if batch_size is None:
+            batch_size = self.config.official_batch_size if mode == "official" else PER_ITEM_BATCH_SIZE
         check_score_arguments(mode, DENEB_MODES, batch_size, image_batch_size, text_batch_size)
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
