@@ -18,6 +18,7 @@ import time
 
 import torch
 from benchmarking_utils import (
+    NOT_SUMMED,
     WORDS,
     clip_flops,
     compare_with_ref_pac_s_pp,
@@ -30,10 +31,12 @@ from benchmarking_utils import (
 )
 
 from modeling_pacs.models.configuration_deneb import DenebConfig
-from modeling_pacs.models.modeling_deneb import DenebModel
+from modeling_pacs.models.modeling_deneb import PER_ITEM_BATCH_SIZE, DenebModel
 from modeling_pacs.models.scoring_deneb import sim_vec_sequences
 from modeling_pacs.testing.roberta import build_tiny_roberta_tokenizer
 from modeling_pacs.tokenization import build_clip_tokenizer
+
+PREVIOUS_BATCH_SIZE = 32  # items per Sim-Vec call in `per_item` mode before `fast_deneb` (the chunk default)
 
 
 def random_deneb(seed: int = 0) -> DenebModel:
@@ -46,15 +49,15 @@ def random_deneb(seed: int = 0) -> DenebModel:
     return model
 
 
-def sim_vec_flops(config: DenebConfig, reference_counts: list[int]) -> float:
-    """FLOPs of the pair projections, both Sim-Vec transformers (post-norm layers: the same multiply-adds; the last
-    layer for the class token only, as `fast_deneb` runs it) and the head, for items with these reference counts."""
+def sim_vec_flops(config: DenebConfig, reference_counts: list[int], class_token_only: bool = True) -> float:
+    """FLOPs of the pair projections, both Sim-Vec transformers (post-norm layers: the same multiply-adds) and the
+    head, for items with these reference counts; with `class_token_only`, the last layer as `fast_deneb` runs it."""
     width, hidden, layers = 2 * config.hidden_size, config.hidden_size, config.num_sequence_layers
     counts = torch.tensor(reference_counts, dtype=torch.float64)
     macs = 0.0
     for tokens in (counts + 2, counts + 1):  # class token, image pair and references; class token and references
         macs += (layers - 1) * layer_macs(tokens, width, config.sequence_intermediate_size, False).sum()
-        macs += layer_macs(tokens, width, config.sequence_intermediate_size, True).sum()
+        macs += layer_macs(tokens, width, config.sequence_intermediate_size, class_token_only).sum()
     macs += (4 * counts + 2).sum() * hidden * hidden  # the pair projections
     sizes = [config.feature_size, *config.hidden_sizes, 1]
     macs += len(reference_counts) * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
@@ -78,10 +81,67 @@ def timed(function, *arguments) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
+def sim_vec_batches(counts: list[int], batch_size: int, width: int, device: torch.device) -> list[tuple]:
+    """Random `item_scores` inputs of the real shapes, in the batches `score` makes: items of one reference count,
+    `batch_size` at a time."""
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for count in sorted(set(counts)):
+        rows_of_count = sum(1 for value in counts if value == count)
+        for start in range(0, rows_of_count, batch_size):
+            size = min(batch_size, rows_of_count - start)
+            shapes = [(size, width)] * 2 + [(size, count, width), (size, width), (size, count, width)]
+            batches.append(tuple(torch.randn(shape, generator=generator).to(device) for shape in shapes))
+    return batches
+
+
+def profile_sim_vec(deneb: DenebModel, counts: list[int], device: torch.device) -> list[tuple[str, float, float]]:
+    """The Sim-Vec stage as `score` runs it in `per_item` mode (pair vectors, both transformers, head), and the
+    previous engine's (the modules, `PREVIOUS_BATCH_SIZE` items a call) for comparison."""
+    config, hidden = deneb.config, deneb.config.hidden_size
+    projections = (deneb.clip_projection, deneb.text_projection)
+    weights = [tensor for projection in projections for tensor in (projection.weight, projection.bias)]
+    seconds = {"projections": 0.0, "transformers": 0.0, "head": 0.0}
+    with torch.inference_mode():
+        batches = sim_vec_batches(counts, PER_ITEM_BATCH_SIZE, hidden, device)
+        deneb.item_scores(*batches[0])  # builds the packed copy outside the timing
+        fast = deneb.fast_sim_vec()
+        encoders = (deneb.clip_sequence_encoder, deneb.text_sequence_encoder)
+        if fast is not None:
+            encoders = (fast.clip_sequence_encoder, fast.text_sequence_encoder)
+        head = deneb.head if fast is None else fast.head
+        for batch in batches:
+            elapsed, (clip_sequence, text_sequence, image_pair) = timed(sim_vec_sequences, *batch, *weights)
+            seconds["projections"] += elapsed
+            start = time.perf_counter()
+            summary = torch.cat([encoders[0](clip_sequence), encoders[1](text_sequence), image_pair], dim=-1)
+            synchronize(device)
+            seconds["transformers"] += time.perf_counter() - start
+            elapsed, _ = timed(head, summary)
+            seconds["head"] += elapsed
+        previous = sim_vec_batches(counts, PREVIOUS_BATCH_SIZE, hidden, device)
+        deneb.fast_cpu_encoders = False
+        try:
+            previous_seconds = sum(timed(deneb.item_scores, *batch)[0] for batch in previous)
+        finally:
+            deneb.fast_cpu_encoders = True
+    total = sim_vec_flops(config, counts)
+    head_flops = 2.0 * len(counts) * sum(layer.weight.numel() for layer in deneb.head.layers)
+    projection_flops = 2.0 * sum(4 * count + 2 for count in counts) * hidden * hidden
+    return [
+        ("Sim-Vec pair vectors (projections)", seconds["projections"], projection_flops),
+        ("Sim-Vec transformers (2 x 3 layers)", seconds["transformers"], total - head_flops - projection_flops),
+        ("head (4608 -> 1536 -> 768 -> 1)", seconds["head"], head_flops),
+        (
+            f"Sim-Vec + head, modules, {PREVIOUS_BATCH_SIZE} a call {NOT_SUMMED}",
+            previous_seconds,
+            sim_vec_flops(config, counts, class_token_only=False),
+        ),
+    ]
+
+
 def profile_deneb(deneb: DenebModel, items, device: torch.device, peak: float) -> list[tuple[str, float, float]]:
-    """Each stage of `DenebModel.score` (`per_item`) timed on its own: `(stage, seconds, FLOPs)`. The Sim-Vec stages
-    run on random features of the real shapes, in the batches `score` makes (items of one reference count, chunks of
-    `official_batch_size`)."""
+    """Each stage of `DenebModel.score` (`per_item`) timed on its own: `(stage, seconds, FLOPs)`."""
     rows = []
     for stage, seconds, _, _, rate in profile_stages(deneb.clip_encoder, items, device, peak):
         if not stage.startswith("scoring"):
@@ -92,48 +152,7 @@ def profile_deneb(deneb: DenebModel, items, device: torch.device, peak: float) -
     lengths = torch.tensor([len(ids) for ids in token_ids])
     seconds, _ = timed(deneb.encode_sentences, token_ids, 256)
     rows.append(("RoBERTa + ScalarMix (sorted, batch 256)", seconds, roberta_flops(deneb.config, lengths)))
-
-    config, hidden = deneb.config, deneb.config.hidden_size
-    counts = [len(references) for _, _, references in items]
-    generator = torch.Generator().manual_seed(0)
-    batches = []
-    for count in sorted(set(counts)):
-        rows_of_count = sum(1 for value in counts if value == count)
-        for start in range(0, rows_of_count, config.official_batch_size):
-            size = min(config.official_batch_size, rows_of_count - start)
-            single = [torch.randn(size, hidden, generator=generator).to(device) for _ in range(3)]
-            multiple = [torch.randn(size, count, hidden, generator=generator).to(device) for _ in range(2)]
-            batches.append((single[0], single[1], multiple[0], single[2], multiple[1]))
-    projections = (deneb.clip_projection, deneb.text_projection)
-    weights = [tensor for projection in projections for tensor in (projection.weight, projection.bias)]
-    projection_seconds = encoder_seconds = head_seconds = 0.0
-    with torch.inference_mode():
-        deneb.item_scores(*batches[0])  # builds the packed copy outside the timing
-        fast = deneb.fast_sim_vec()
-        encoders = (deneb.clip_sequence_encoder, deneb.text_sequence_encoder)
-        if fast is not None:
-            encoders = (fast.clip_sequence_encoder, fast.text_sequence_encoder)
-        head = deneb.head if fast is None else fast.head
-        for batch in batches:
-            seconds, (clip_sequence, text_sequence, image_pair) = timed(sim_vec_sequences, *batch, *weights)
-            projection_seconds += seconds
-            start = time.perf_counter()
-            summary = torch.cat([encoders[0](clip_sequence), encoders[1](text_sequence), image_pair], dim=-1)
-            synchronize(device)
-            middle = time.perf_counter()
-            head(summary)
-            synchronize(device)
-            encoder_seconds, head_seconds = (
-                encoder_seconds + middle - start,
-                head_seconds + time.perf_counter() - middle,
-            )
-    total = sim_vec_flops(config, counts)
-    head_only = 2.0 * len(counts) * sum(layer.weight.numel() for layer in deneb.head.layers)
-    projections_only = 2.0 * sum(4 * count + 2 for count in counts) * hidden * hidden
-    rows.append(("Sim-Vec pair vectors (projections)", projection_seconds, projections_only))
-    rows.append(("Sim-Vec transformers (2 x 3 layers)", encoder_seconds, total - head_only - projections_only))
-    rows.append(("head (4608 -> 1536 -> 768 -> 1)", head_seconds, head_only))
-    return rows
+    return rows + profile_sim_vec(deneb, [len(references) for _, _, references in items], device)
 
 
 def main():
