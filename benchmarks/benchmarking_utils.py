@@ -333,9 +333,11 @@ def compare_with_ref_pac_s_pp(
     profile: Callable,
     flops_note: str,
     extra_runs: Callable | None = None,
+    official_flops: Callable | None = None,
 ):
     """Time `metric` (`per_item` and `official`, plus `extra_runs(model, images, candidates, references)`) against
-    RefPAC-S++ on one workload, interleaved (`best_times`); print ms/sample, time ratio, GFLOP/sample and FLOP ratio,
+    RefPAC-S++ on one workload, interleaved (`best_times`); print ms/sample, time ratio, GFLOP/sample and FLOP ratio
+    (`metric_flops(model, items)`; for the `official` row `official_flops(model, items, batch_size)` where given),
     then `profile(model, items, device, peak)`'s `(stage, seconds, FLOPs)` rows, best of `--repeats` rounds, each
     with the matmul peak measured just before it (the best of them is printed)."""
     if args.threads is not None:
@@ -364,15 +366,18 @@ def compare_with_ref_pac_s_pp(
                 peak = max(peak, matmul_peak_gflops(device, torch.float32))
                 rounds = profile(model, items, device, peak)
                 stages = rounds if not stages else [min(a, b, key=lambda row: row[1]) for a, b in zip(stages, rounds)]
-        refpacs_flops, flops = clip_flops(pacs, items), metric_flops(model, items)
+        official = f"{metric} (official, B={args.official_batch_size})"
+        flops = {name: metric_flops(model, items) for name in runs}
+        flops[REF_PAC_S_PP] = clip_flops(pacs, items)
+        if official_flops is not None:
+            flops[official] = official_flops(model, items, args.official_batch_size)
     print(f"load average after: {load_average()}")
     header = f"{'ms/sample':>10s} {'seconds':>8s} {'time ratio':>11s} {'GFLOP/sample':>13s} {'FLOP ratio':>11s}"
     print(f"\n{'metric':40s} {header}")
     for name, value in seconds.items():
-        run_flops = refpacs_flops if name == REF_PAC_S_PP else flops
         print(
             f"{name:40s} {1000 * value / len(items):10.2f} {value:8.2f} {value / seconds[REF_PAC_S_PP]:10.2f}x "
-            f"{run_flops / len(items) / 1e9:13.2f} {run_flops / refpacs_flops:10.2f}x"
+            f"{flops[name] / len(items) / 1e9:13.2f} {flops[name] / flops[REF_PAC_S_PP]:10.2f}x"
         )
     print(flops_note)
     if stages:

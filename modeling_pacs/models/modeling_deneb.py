@@ -174,7 +174,11 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
         the authors' RoBERTa calls normalises its whole batch together."""
         if not token_ids:
             return torch.zeros(0, self.config.hidden_size)
-        input_ids, lengths = right_padded(token_ids, self.config.text_config.pad_token_id)
+        # RoBERTa runs once per distinct sentence (an official chunk repeats an image's shared references); only the
+        # statistics are shared by groups.
+        distinct: dict[tuple[int, ...], int] = {}
+        slots = [distinct.setdefault(tuple(ids), len(distinct)) for ids in token_ids]
+        input_ids, lengths = right_padded([list(ids) for ids in distinct], self.config.text_config.pad_token_id)
         fast = self.fast_text_encoder()
         if fast is not None:
             statistics = fast.statistics(input_ids, lengths)
@@ -186,6 +190,7 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
                 output_hidden_states=True,
             )
             statistics = sentence_statistics(torch.stack(outputs.hidden_states), attention_mask.to(self.device))
+        statistics = statistics.select(torch.tensor(slots, device=self.device))
         group_tensor = torch.unique(torch.tensor(groups), return_inverse=True)[1].to(self.device)
         return self.scalar_mix.first_position(statistics, group_tensor).float()
 
