@@ -31,7 +31,7 @@ from benchmarking_utils import (
 )
 
 from modeling_pacs.models.configuration_deneb import DenebConfig
-from modeling_pacs.models.modeling_deneb import PER_ITEM_BATCH_SIZE, DenebModel
+from modeling_pacs.models.modeling_deneb import DenebModel, sim_vec_items_per_call
 from modeling_pacs.models.scoring_deneb import sim_vec_sequences
 from modeling_pacs.testing.roberta import build_tiny_roberta_tokenizer
 from modeling_pacs.tokenization import build_clip_tokenizer
@@ -99,15 +99,15 @@ def timed(function, *arguments) -> tuple[float, object]:
     return time.perf_counter() - start, result
 
 
-def sim_vec_batches(counts: list[int], batch_size: int, width: int, device: torch.device) -> list[tuple]:
+def sim_vec_batches(counts: list[int], batch_size, width: int, device: torch.device) -> list[tuple]:
     """Random `item_scores` inputs of the real shapes, in the batches `score` makes: items of one reference count,
-    `batch_size` at a time."""
+    `batch_size(count)` at a time."""
     generator = torch.Generator().manual_seed(0)
     batches = []
     for count in sorted(set(counts)):
         rows_of_count = sum(1 for value in counts if value == count)
-        for start in range(0, rows_of_count, batch_size):
-            size = min(batch_size, rows_of_count - start)
+        for start in range(0, rows_of_count, batch_size(count)):
+            size = min(batch_size(count), rows_of_count - start)
             shapes = [(size, width)] * 2 + [(size, count, width), (size, width), (size, count, width)]
             batches.append(tuple(torch.randn(shape, generator=generator).to(device) for shape in shapes))
     return batches
@@ -121,7 +121,7 @@ def profile_sim_vec(deneb: DenebModel, counts: list[int], device: torch.device) 
     weights = [tensor for projection in projections for tensor in (projection.weight, projection.bias)]
     seconds = {"projections": 0.0, "transformers": 0.0, "head": 0.0}
     with torch.inference_mode():
-        batches = sim_vec_batches(counts, PER_ITEM_BATCH_SIZE, hidden, device)
+        batches = sim_vec_batches(counts, sim_vec_items_per_call, hidden, device)
         deneb.item_scores(*batches[0])  # builds the packed copy outside the timing
         fast = deneb.fast_sim_vec()
         encoders = (deneb.clip_sequence_encoder, deneb.text_sequence_encoder)
@@ -137,7 +137,7 @@ def profile_sim_vec(deneb: DenebModel, counts: list[int], device: torch.device) 
             seconds["transformers"] += time.perf_counter() - start
             elapsed, _ = timed(head, summary)
             seconds["head"] += elapsed
-        previous = sim_vec_batches(counts, PREVIOUS_BATCH_SIZE, hidden, device)
+        previous = sim_vec_batches(counts, lambda count: PREVIOUS_BATCH_SIZE, hidden, device)
         deneb.fast_cpu_encoders = False
         try:
             previous_seconds = sum(timed(deneb.item_scores, *batch)[0] for batch in previous)

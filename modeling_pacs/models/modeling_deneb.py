@@ -46,9 +46,15 @@ from .sentence_mix import MLPHead, sentence_statistics
 
 logger = logging.get_logger(__name__)
 
-# Items per Sim-Vec call in `"per_item"` mode: with 5 references, 1,792 rows per matrix product, enough to run near
-# the fp32 matmul peak instead of waiting on the weights (docs/concepts/polos-pearl-cost.md#deneb).
-PER_ITEM_BATCH_SIZE = 256
+# Sequence positions per Sim-Vec call in `"per_item"` mode when no `batch_size` is given: enough rows per matrix
+# product to run near the fp32 matmul peak rather than wait on the weights (292 items of 5 references), and a bounded
+# memory however many references an item has (docs/concepts/polos-pearl-cost.md#deneb).
+PER_ITEM_ROWS = 2048
+
+
+def sim_vec_items_per_call(reference_count: int) -> int:
+    """Items of `reference_count` references per Sim-Vec call in `"per_item"` mode (`PER_ITEM_ROWS` positions)."""
+    return max(1, PER_ITEM_ROWS // (reference_count + 2))
 
 
 @dataclass
@@ -264,8 +270,8 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             references: one non-empty list of references per candidate (DENEB has no reference-free mode).
             mode: `"per_item"` (default of the config) or `"official"` (see the module docstring).
             batch_size: items per batch; in `"official"` mode the authors' chunk size (default
-                `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not (default
-                `PER_ITEM_BATCH_SIZE`, items of one reference count through the Sim-Vec transformers at once).
+                `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not (default:
+                `sim_vec_items_per_call`, items of one reference count through the Sim-Vec transformers at once).
             image_batch_size, text_batch_size: CLIP encoder batch sizes (do not change scores).
 
         Returns:
@@ -273,8 +279,8 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             CLIP's text encoder dropped (`truncated_tokens`, `truncated_reference_tokens`).
         """
         mode = mode or self.config.mode
-        if batch_size is None:
-            batch_size = self.config.official_batch_size if mode == "official" else PER_ITEM_BATCH_SIZE
+        per_item_batch_size = batch_size
+        batch_size = self.config.official_batch_size if batch_size is None else batch_size
         check_score_arguments(mode, DENEB_MODES, batch_size, image_batch_size, text_batch_size)
         candidates = check_captions(candidates)
         images = list(images) if not isinstance(images, (str, bytes)) else [images]
@@ -301,11 +307,10 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             by_count: dict[int, list[int]] = {}
             for item, item_references in enumerate(references):
                 by_count.setdefault(len(item_references), []).append(item)
-            batches = [
-                items[start : start + batch_size]
-                for items in by_count.values()
-                for start in range(0, len(items), batch_size)
-            ]
+            batches = []
+            for count, items in by_count.items():
+                size = per_item_batch_size or sim_vec_items_per_call(count)
+                batches += [items[start : start + size] for start in range(0, len(items), size)]
         else:
             batches = [
                 list(range(start, min(start + batch_size, len(candidates))))
@@ -373,4 +378,11 @@ def check_deneb_references(references, num_candidates: int, max_references: int)
     return references
 
 
-__all__ = ["DenebModel", "DenebPreTrainedModel", "DenebScoreOutput", "check_deneb_references"]
+__all__ = [
+    "PER_ITEM_ROWS",
+    "DenebModel",
+    "DenebPreTrainedModel",
+    "DenebScoreOutput",
+    "check_deneb_references",
+    "sim_vec_items_per_call",
+]

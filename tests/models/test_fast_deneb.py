@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from modeling_pacs.models.fast_clip import FastEncoderLayer, packed_linear_available
+from modeling_pacs.models.modeling_deneb import PER_ITEM_ROWS, sim_vec_items_per_call
 from modeling_pacs.testing.deneb import make_tiny_deneb_model
 from tests.fixtures.helpers import assert_scores_close
 
@@ -139,3 +140,8 @@ def test_a_class_token_only_layer_equals_the_full_layers_first_position(deneb):
     assert first.shape == (4, 1, hidden.shape[-1])
     np.testing.assert_allclose(full.numpy(), expected.numpy(), rtol=0, atol=1e-5)
     np.testing.assert_allclose(first[:, 0].numpy(), full[:, 0].numpy(), rtol=0, atol=1e-6)
+
+
+def test_per_item_calls_fill_a_bounded_number_of_positions():
+    assert [sim_vec_items_per_call(count) for count in (1, 5, 998)] == [682, 292, 2]
+    assert sim_vec_items_per_call(PER_ITEM_ROWS) == 1
