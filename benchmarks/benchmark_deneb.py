@@ -14,34 +14,29 @@ ViT-B/32 dominates it), the rest is how well each part runs.
     python benchmarks/benchmark_deneb.py --images 8 --candidates 2 --references 5 --repeats 2
 """
 
-import argparse
-import tempfile
 import time
-from pathlib import Path
 
 import torch
-from benchmark_polos import random_ref_pac_s_pp, roberta_flops
 from benchmarking_utils import (
+    NOT_SUMMED,
     WORDS,
-    best_times,
     clip_flops,
+    compare_with_ref_pac_s_pp,
+    comparison_parser,
     distinct_inputs,
     layer_macs,
-    load_average,
-    make_workload,
-    matmul_peak_gflops,
-    positive_int,
-    print_stage_table,
     profile_stages,
-    workload_columns,
+    roberta_flops,
+    synchronize,
 )
 
-from modeling_pacs.cli.arguments import add_example
-from modeling_pacs.loading import load_model, resolve_device
 from modeling_pacs.models.configuration_deneb import DenebConfig
-from modeling_pacs.models.modeling_deneb import DenebModel
+from modeling_pacs.models.modeling_deneb import DenebModel, sim_vec_items_per_call
+from modeling_pacs.models.scoring_deneb import sim_vec_sequences
 from modeling_pacs.testing.roberta import build_tiny_roberta_tokenizer
 from modeling_pacs.tokenization import build_clip_tokenizer
+
+PREVIOUS_BATCH_SIZE = 32  # items per Sim-Vec call in `per_item` mode before `fast_deneb` (the chunk default)
 
 
 def random_deneb(seed: int = 0) -> DenebModel:
@@ -54,19 +49,113 @@ def random_deneb(seed: int = 0) -> DenebModel:
     return model
 
 
-def sim_vec_flops(config: DenebConfig, reference_counts: list[int]) -> float:
+def sim_vec_flops(config: DenebConfig, reference_counts: list[int], class_token_only: bool = True) -> float:
     """FLOPs of the pair projections, both Sim-Vec transformers (post-norm layers: the same multiply-adds) and the
-    head, for items with these reference counts."""
-    width, hidden = 2 * config.hidden_size, config.hidden_size
+    head, for items with these reference counts; with `class_token_only`, the last layer as `fast_deneb` runs it."""
+    width, hidden, layers = 2 * config.hidden_size, config.hidden_size, config.num_sequence_layers
     counts = torch.tensor(reference_counts, dtype=torch.float64)
-    macs = config.num_sequence_layers * (
-        layer_macs(counts + 2, width, config.sequence_intermediate_size, False).sum()
-        + layer_macs(counts + 1, width, config.sequence_intermediate_size, False).sum()
-    )
+    macs = 0.0
+    for tokens in (counts + 2, counts + 1):  # class token, image pair and references; class token and references
+        macs += (layers - 1) * layer_macs(tokens, width, config.sequence_intermediate_size, False).sum()
+        macs += layer_macs(tokens, width, config.sequence_intermediate_size, class_token_only).sum()
     macs += (4 * counts + 2).sum() * hidden * hidden  # the pair projections
     sizes = [config.feature_size, *config.hidden_sizes, 1]
     macs += len(reference_counts) * sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
     return 2.0 * float(macs)
+
+
+def deneb_flops(deneb: DenebModel, items) -> float:
+    """OpenCLIP ViT-L/14 on each distinct image and text, RoBERTa on each distinct text, Sim-Vec and head per item."""
+    _, texts = distinct_inputs(items)
+    token_lengths = torch.tensor([len(ids) for ids in deneb.text_tokenizer(texts)["input_ids"]])
+    return (
+        clip_flops(deneb.clip_encoder, items)
+        + roberta_flops(deneb.config, token_lengths)
+        + sim_vec_flops(deneb.config, [len(references) for _, _, references in items])
+    )
+
+
+def official_deneb_flops(deneb: DenebModel, items, batch_size: int) -> float:
+    """`deneb_flops` with RoBERTa as `official` runs it: once per distinct sentence of each chunk (candidates, then
+    references cut to the chunk's smallest count), not once per distinct text of the workload."""
+    per_item = deneb_flops(deneb, items)
+    _, texts = distinct_inputs(items)
+    lengths = dict(zip(texts, (len(ids) for ids in deneb.text_tokenizer(texts)["input_ids"])))
+    chunk_lengths = []
+    for start in range(0, len(items), batch_size):
+        chunk = items[start : start + batch_size]
+        count = min(len(references) for _, _, references in chunk)
+        sentences = [caption for _, caption, _ in chunk]
+        sentences += [reference for _, _, references in chunk for reference in references[:count]]
+        chunk_lengths += [lengths[sentence] for sentence in dict.fromkeys(sentences)]
+    distinct_lengths = torch.tensor(list(lengths.values()))
+    chunked = roberta_flops(deneb.config, torch.tensor(chunk_lengths)) - roberta_flops(deneb.config, distinct_lengths)
+    return per_item + chunked
+
+
+def timed(function, *arguments) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = function(*arguments)
+    return time.perf_counter() - start, result
+
+
+def sim_vec_batches(counts: list[int], batch_size, width: int, device: torch.device) -> list[tuple]:
+    """Random `item_scores` inputs of the real shapes, in the batches `score` makes: items of one reference count,
+    `batch_size(count)` at a time."""
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for count in sorted(set(counts)):
+        rows_of_count = sum(1 for value in counts if value == count)
+        for start in range(0, rows_of_count, batch_size(count)):
+            size = min(batch_size(count), rows_of_count - start)
+            shapes = [(size, width)] * 2 + [(size, count, width), (size, width), (size, count, width)]
+            batches.append(tuple(torch.randn(shape, generator=generator).to(device) for shape in shapes))
+    return batches
+
+
+def profile_sim_vec(deneb: DenebModel, counts: list[int], device: torch.device) -> list[tuple[str, float, float]]:
+    """The Sim-Vec stage as `score` runs it in `per_item` mode (pair vectors, both transformers, head), and the
+    previous engine's (the modules, `PREVIOUS_BATCH_SIZE` items a call) for comparison."""
+    config, hidden = deneb.config, deneb.config.hidden_size
+    projections = (deneb.clip_projection, deneb.text_projection)
+    weights = [tensor for projection in projections for tensor in (projection.weight, projection.bias)]
+    seconds = {"projections": 0.0, "transformers": 0.0, "head": 0.0}
+    with torch.inference_mode():
+        batches = sim_vec_batches(counts, sim_vec_items_per_call, hidden, device)
+        deneb.item_scores(*batches[0])  # builds the packed copy outside the timing
+        fast = deneb.fast_sim_vec()
+        encoders = (deneb.clip_sequence_encoder, deneb.text_sequence_encoder)
+        if fast is not None:
+            encoders = (fast.clip_sequence_encoder, fast.text_sequence_encoder)
+        head = deneb.head if fast is None else fast.head
+        for batch in batches:
+            elapsed, (clip_sequence, text_sequence, image_pair) = timed(sim_vec_sequences, *batch, *weights)
+            seconds["projections"] += elapsed
+            start = time.perf_counter()
+            summary = torch.cat([encoders[0](clip_sequence), encoders[1](text_sequence), image_pair], dim=-1)
+            synchronize(device)
+            seconds["transformers"] += time.perf_counter() - start
+            elapsed, _ = timed(head, summary)
+            seconds["head"] += elapsed
+        previous = sim_vec_batches(counts, lambda count: PREVIOUS_BATCH_SIZE, hidden, device)
+        deneb.fast_cpu_encoders = False
+        try:
+            previous_seconds = sum(timed(deneb.item_scores, *batch)[0] for batch in previous)
+        finally:
+            deneb.fast_cpu_encoders = True
+    total = sim_vec_flops(config, counts)
+    head_flops = 2.0 * len(counts) * sum(layer.weight.numel() for layer in deneb.head.layers)
+    projection_flops = 2.0 * sum(4 * count + 2 for count in counts) * hidden * hidden
+    return [
+        ("Sim-Vec pair vectors (projections)", seconds["projections"], projection_flops),
+        ("Sim-Vec transformers (2 x 3 layers)", seconds["transformers"], total - head_flops - projection_flops),
+        ("head (4608 -> 1536 -> 768 -> 1)", seconds["head"], head_flops),
+        (
+            f"Sim-Vec + head, modules, {PREVIOUS_BATCH_SIZE} a call {NOT_SUMMED}",
+            previous_seconds,
+            sim_vec_flops(config, counts, class_token_only=False),
+        ),
+    ]
 
 
 def profile_deneb(deneb: DenebModel, items, device: torch.device, peak: float) -> list[tuple[str, float, float]]:
@@ -76,97 +165,27 @@ def profile_deneb(deneb: DenebModel, items, device: torch.device, peak: float) -
         if not stage.startswith("scoring"):
             rows.append((f"CLIP {stage}", seconds, rate * seconds * 1e9))
     _, texts = distinct_inputs(items)
-    start = time.perf_counter()
-    token_ids = deneb.tokenize_sentences(texts, [f"text {index}" for index in range(len(texts))])
-    rows.append(("RoBERTa tokenisation", time.perf_counter() - start, 0.0))
-    start = time.perf_counter()
-    deneb.encode_sentences(token_ids, 256)
+    seconds, token_ids = timed(deneb.tokenize_sentences, texts, [f"text {index}" for index in range(len(texts))])
+    rows.append(("RoBERTa tokenisation", seconds, 0.0))
     lengths = torch.tensor([len(ids) for ids in token_ids])
-    rows.append(
-        ("RoBERTa + ScalarMix (sorted, batch 256)", time.perf_counter() - start, roberta_flops(deneb.config, lengths))
-    )
-    hidden = deneb.config.hidden_size
-    counts = [len(references) for _, _, references in items]
-    generator = torch.Generator().manual_seed(0)
-    with torch.inference_mode():
-        start = time.perf_counter()
-        for count in sorted(set(counts)):
-            rows_of_count = sum(1 for value in counts if value == count)
-            features = [torch.randn(rows_of_count, hidden, generator=generator) for _ in range(2)]
-            references = [torch.randn(rows_of_count, count, hidden, generator=generator) for _ in range(2)]
-            deneb.item_scores(features[0], features[1], references[0], features[1], references[1])
-        rows.append(("Sim-Vec transformers + head", time.perf_counter() - start, sim_vec_flops(deneb.config, counts)))
-    return rows
+    seconds, _ = timed(deneb.encode_sentences, token_ids, 256)
+    rows.append(("RoBERTa + ScalarMix (sorted, batch 256)", seconds, roberta_flops(deneb.config, lengths)))
+    return rows + profile_sim_vec(deneb, [len(references) for _, _, references in items], device)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=positive_int, default=8)
-    parser.add_argument("--candidates", type=positive_int, default=2, help="candidates per image")
-    parser.add_argument("--references", type=positive_int, default=5, help="references per image")
-    parser.add_argument("--repeats", type=positive_int, default=2, help="interleaved timed rounds (best is kept)")
-    parser.add_argument("--official-batch-size", type=positive_int, default=32)
-    parser.add_argument("--deneb-model", help="a DENEB directory (default: random, the authors' geometry)")
-    parser.add_argument("--pacs-model", help="a PAC-S++ directory or alias (default: random ViT-B/32 + LoRA)")
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
-    parser.add_argument("--no-profile", action="store_true", help="skip the per-stage profile")
-    parser.add_argument("--threads", type=positive_int, help="torch intra-op threads (default: one per core)")
-    add_example(parser, "python benchmarks/benchmark_deneb.py --images 8 --candidates 2 --references 5 --repeats 2")
-    args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-
-    device = resolve_device(args.device)
-    deneb = load_model(args.deneb_model, device=str(device)) if args.deneb_model else random_deneb().to(device)
-    pacs = load_model(args.pacs_model, device=str(device)) if args.pacs_model else random_ref_pac_s_pp().to(device)
-    weights = "given models" if args.deneb_model and args.pacs_model else "random weights at the authors' sizes"
-    print(f"load average before: {load_average()}")
-    with tempfile.TemporaryDirectory() as directory:
-        items = make_workload(Path(directory), args.images, args.candidates, args.references)
-        images, candidates, references = workload_columns(items)
-        print(
-            f"workload: {args.images} images x {args.candidates} candidates x {args.references} references = "
-            f"{len(items)} samples; device={device}, threads={torch.get_num_threads()}, {weights}"
-        )
-        runs = {
-            "RefPAC-S++ (ViT-B/32)": lambda: pacs.score(images, candidates, references, progress=False),
-            "DENEB (per_item)": lambda: deneb.score(images, candidates, references, progress=False),
-            f"DENEB (official, B={args.official_batch_size})": lambda: deneb.score(
-                images, candidates, references, mode="official", batch_size=args.official_batch_size, progress=False
-            ),
-        }
-        timings = best_times(runs, args.repeats)
-        seconds = {name: value for name, (value, _) in timings.items()}
-        stages, peak = [], 0.0
-        if not args.no_profile:
-            peak = matmul_peak_gflops(device, torch.float32)
-            stages = profile_deneb(deneb, items, device, peak)
-        refpacs_flops, clip_part = clip_flops(pacs, items), clip_flops(deneb.clip_encoder, items)
-    print(f"load average after: {load_average()}")
-    _, texts = distinct_inputs(items)
-    token_lengths = torch.tensor([len(ids) for ids in deneb.text_tokenizer(texts)["input_ids"]])
-    deneb_flops = (
-        clip_part
-        + roberta_flops(deneb.config, token_lengths)
-        + sim_vec_flops(deneb.config, [len(refs) for refs in references])
+    example = "python benchmarks/benchmark_deneb.py --images 8 --candidates 2 --references 5 --repeats 2"
+    args = comparison_parser(__doc__, "DENEB", images=8, repeats=2, example=example).parse_args()
+    compare_with_ref_pac_s_pp(
+        args,
+        "DENEB",
+        random_deneb,
+        deneb_flops,
+        profile_deneb,
+        "(DENEB's FLOPs: OpenCLIP ViT-L/14 on each distinct image and text, RoBERTa on each distinct text (`official`: "
+        "of each chunk), the Sim-Vec transformers and head once per item)",
+        official_flops=official_deneb_flops,
     )
-    reference = "RefPAC-S++ (ViT-B/32)"
-    header = f"{'ms/sample':>10s} {'seconds':>8s} {'time ratio':>11s} {'GFLOP/sample':>13s} {'FLOP ratio':>11s}"
-    print(f"\n{'metric':40s} {header}")
-    for name, value in seconds.items():
-        flops = refpacs_flops if name == reference else deneb_flops
-        print(
-            f"{name:40s} {1000 * value / len(items):10.2f} {value:8.2f} {value / seconds[reference]:10.2f}x "
-            f"{flops / len(items) / 1e9:13.2f} {flops / refpacs_flops:10.2f}x"
-        )
-    print(
-        "(DENEB's FLOPs: OpenCLIP ViT-L/14 on each distinct image and text, RoBERTa on each distinct text, the Sim-Vec "
-        "transformers and head once per item; `official` re-runs RoBERTa per chunk)"
-    )
-    if stages:
-        print_stage_table("per-stage profile of DENEB (per_item)", stages, peak, len(items))
-        total = sum(row[1] for row in stages)
-        print(f"{'sum of stages (serial)':44s} {total:8.3f}   vs end to end {seconds['DENEB (per_item)']:.3f} s")
 
 
 if __name__ == "__main__":

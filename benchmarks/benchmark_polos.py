@@ -16,33 +16,22 @@ Polos's authors report 6.91 ms vs 4.45 ms per sample (RTX 3090).
     python benchmarks/benchmark_polos.py --images 20 --candidates 2 --references 5 --repeats 3
 """
 
-import argparse
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 from benchmarking_utils import (
     WORDS,
-    best_times,
     clip_flops,
+    compare_with_ref_pac_s_pp,
+    comparison_parser,
     distinct_inputs,
-    layer_macs,
-    load_average,
-    make_workload,
-    matmul_peak_gflops,
-    positive_int,
-    print_stage_table,
     profile_stages,
+    roberta_flops,
     vit_b32_clip_config,
-    workload_columns,
 )
 
-from modeling_pacs.cli.arguments import add_example
-from modeling_pacs.loading import load_model, resolve_device
 from modeling_pacs.models.configuration_polos import PolosConfig
 from modeling_pacs.models.modeling_polos import PolosModel
-from modeling_pacs.testing.pacs import make_tiny_model
 from modeling_pacs.testing.polos import build_tiny_roberta_tokenizer
 from modeling_pacs.tokenization import build_clip_tokenizer
 
@@ -55,20 +44,6 @@ def random_polos(seed: int = 0) -> PolosModel:
     model.clip_tokenizer = build_clip_tokenizer()
     model.text_tokenizer = build_tiny_roberta_tokenizer(vocab_size=2000, corpus=[" ".join(WORDS)] * 4)
     return model
-
-
-def random_ref_pac_s_pp():
-    model = make_tiny_model(variant="pac_s_pp", clip_config=vit_b32_clip_config()).eval()
-    model.clip = model.peft_model.merge_and_unload()
-    model._peft_model = None
-    return model
-
-
-def roberta_flops(config, lengths: torch.Tensor) -> float:
-    """FLOPs of the sentence encoder's layers over these real lengths (embeddings and ScalarMix not counted)."""
-    text = config.text_config
-    per_layer = layer_macs(lengths.double(), text.hidden_size, text.intermediate_size, False).sum()
-    return 2.0 * float(per_layer) * text.num_hidden_layers
 
 
 def head_flops(model: PolosModel, pairs: int) -> float:
@@ -112,83 +87,42 @@ def profile_polos(polos: PolosModel, items, device: torch.device, peak: float) -
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=positive_int, default=20)
-    parser.add_argument("--candidates", type=positive_int, default=2, help="candidates per image")
-    parser.add_argument("--references", type=positive_int, default=5, help="references per image")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="interleaved timed rounds (best is kept)")
-    parser.add_argument("--official-batch-size", type=positive_int, default=32)
-    parser.add_argument("--polos-model", help="a Polos directory or alias (default: random, released geometry)")
-    parser.add_argument("--pacs-model", help="a PAC-S++ directory or alias (default: random ViT-B/32 + LoRA)")
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
-    parser.add_argument("--transformers-forward", action="store_true", help="also time fast_cpu_encoders=False")
-    parser.add_argument("--no-profile", action="store_true", help="skip the per-stage profile")
-    parser.add_argument("--threads", type=positive_int, help="torch intra-op threads (default: one per core)")
-    add_example(parser, "python benchmarks/benchmark_polos.py --images 20 --candidates 2 --references 5 --repeats 3")
-    args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-
-    device = resolve_device(args.device)
-    polos = load_model(args.polos_model, device=str(device)) if args.polos_model else random_polos().to(device)
-    pacs = load_model(args.pacs_model, device=str(device)) if args.pacs_model else random_ref_pac_s_pp().to(device)
-    weights = "given models" if args.polos_model and args.pacs_model else "random weights at the released sizes"
-    print(f"load average before: {load_average()}")
-    with tempfile.TemporaryDirectory() as directory:
-        items = make_workload(Path(directory), args.images, args.candidates, args.references)
-        images, candidates, references = workload_columns(items)
-        print(
-            f"workload: {args.images} images x {args.candidates} candidates x {args.references} references = "
-            f"{len(items)} samples; device={device}, threads={torch.get_num_threads()}, {weights}"
-        )
-
-        def transformers_forward():
-            polos.fast_cpu_encoders = False
-            try:
-                return polos.score(images, candidates, references, progress=False)
-            finally:
-                polos.fast_cpu_encoders = True
-
-        runs = {
-            "RefPAC-S++": lambda: pacs.score(images, candidates, references, progress=False),
-            "Polos (per_item)": lambda: polos.score(images, candidates, references, progress=False),
-            f"Polos (official, B={args.official_batch_size})": lambda: polos.score(
-                images, candidates, references, mode="official", batch_size=args.official_batch_size, progress=False
-            ),
-        }
-        if args.transformers_forward:
-            runs["Polos (per_item), transformers' forward"] = transformers_forward
-        timings = best_times(runs, args.repeats)
-        seconds = {name: value for name, (value, _) in timings.items()}
-        stages, peak = [], 0.0
-        if not args.no_profile:
-            for _ in range(args.repeats):
-                peak = max(peak, matmul_peak_gflops(device, torch.float32))
-                rounds = profile_polos(polos, items, device, peak)
-                stages = rounds if not stages else [min(a, b, key=lambda row: row[1]) for a, b in zip(stages, rounds)]
-        refpacs_flops, clip_part = clip_flops(pacs, items), clip_flops(polos.clip_encoder, items)
-    print(f"load average after: {load_average()}")
+def polos_flops(polos: PolosModel, items) -> float:
+    """Its CLIP work (RefPAC-S++'s), RoBERTa on each distinct text, the head on each (candidate, reference) pair."""
     _, texts = distinct_inputs(items)
     token_lengths = torch.tensor([len(ids) for ids in polos.text_tokenizer(texts)["input_ids"]])
-    pairs = sum(len(refs) for refs in references)
-    polos_flops = clip_part + roberta_flops(polos.config, token_lengths) + head_flops(polos, pairs)
-    header = f"{'ms/sample':>10s} {'seconds':>8s} {'time ratio':>11s} {'GFLOP/sample':>13s} {'FLOP ratio':>11s}"
-    print(f"\n{'metric':40s} {header}")
-    for name, value in seconds.items():
-        flops = refpacs_flops if name == "RefPAC-S++" else polos_flops
-        print(
-            f"{name:40s} {1000 * value / len(items):10.2f} {value:8.2f} {value / seconds['RefPAC-S++']:10.2f}x "
-            f"{flops / len(items) / 1e9:13.2f} {flops / refpacs_flops:10.2f}x"
-        )
-    print(
-        "(Polos's FLOPs: its CLIP work, which equals RefPAC-S++'s, plus RoBERTa on each distinct text and the head "
-        "on each (candidate, reference) pair; `official` runs RoBERTa once per distinct text of each chunk)"
+    pairs = sum(len(refs) for _, _, refs in items)
+    return clip_flops(polos.clip_encoder, items) + roberta_flops(polos.config, token_lengths) + head_flops(polos, pairs)
+
+
+def transformers_forward_run(polos: PolosModel, images, candidates, references) -> dict:
+    """Polos on transformers' RoBERTa forward and the module head (`--transformers-forward`)."""
+
+    def run():
+        polos.fast_cpu_encoders = False
+        try:
+            return polos.score(images, candidates, references, progress=False)
+        finally:
+            polos.fast_cpu_encoders = True
+
+    return {"Polos (per_item), transformers' forward": run}
+
+
+def main():
+    example = "python benchmarks/benchmark_polos.py --images 20 --candidates 2 --references 5 --repeats 3"
+    parser = comparison_parser(__doc__, "Polos", images=20, repeats=3, example=example)
+    parser.add_argument("--transformers-forward", action="store_true", help="also time fast_cpu_encoders=False")
+    args = parser.parse_args()
+    compare_with_ref_pac_s_pp(
+        args,
+        "Polos",
+        random_polos,
+        polos_flops,
+        profile_polos,
+        "(Polos's FLOPs: its CLIP work, which equals RefPAC-S++'s, plus RoBERTa on each distinct text and the head on "
+        "each (candidate, reference) pair; `official` runs RoBERTa once per distinct text of each chunk)",
+        transformers_forward_run if args.transformers_forward else None,
     )
-    if stages:
-        print_stage_table("per-stage profile of Polos (per_item)", stages, peak, len(items))
-        total = sum(row[1] for row in stages)
-        print(f"{'sum of stages (serial)':44s} {total:8.3f}   vs end to end {seconds['Polos (per_item)']:.3f} s")
 
 
 if __name__ == "__main__":

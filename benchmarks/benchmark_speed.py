@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from benchmarking_utils import (
     WORDS,
+    announced_workload,
     best_time,
     make_workload,
     matmul_peak_gflops,
@@ -327,12 +328,8 @@ def main():
         ours = ours.to(DTYPES[args.dtype])
 
     with tempfile.TemporaryDirectory() as directory:
-        items = make_workload(Path(directory), args.images, args.candidates, args.references)
-        images, candidates, references = workload_columns(items)
-        print(
-            f"workload: {args.images} images x {args.candidates} candidates x {args.references} references "
-            f"= {len(items)} items, device={device}, ours in {args.dtype}, threads={torch.get_num_threads()}"
-        )
+        details = f"device={device}, ours in {args.dtype}, threads={torch.get_num_threads()}"
+        items, images, candidates, references = announced_workload(Path(directory), args, details)
         timings, results = {}, {}
         pipelines = [("pacs-pp engine", lambda: ours.score(images, candidates, references, progress=False))]
         if ours.fast_encoders() is not None:

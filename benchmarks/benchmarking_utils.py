@@ -2,11 +2,14 @@
 peak, FLOP counts and per-stage profiles with their table, memory probes, and the CLIP / SigLIP ViT-B/32 geometries
 that random-weight benchmarks run at (see benchmarks/README.md)."""
 
+import argparse
 import os
 import random
 import resource
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -15,11 +18,13 @@ import torch
 from PIL import Image
 from transformers import CLIPConfig, PreTrainedTokenizerBase, SiglipConfig
 
-from modeling_pacs.cli.arguments import positive_float, positive_int
+from modeling_pacs.cli.arguments import add_example, positive_float, positive_int
+from modeling_pacs.loading import load_model, resolve_device
 from modeling_pacs.models.backbones import backbone_family, encode_image_batch
 from modeling_pacs.models.fast_clip import PackedLinear, packed_linear_available
 from modeling_pacs.models.inputs import load_image, preprocess_image
 from modeling_pacs.models.scoring import harmonic_mean, max_reference_similarity, reference_free_score
+from modeling_pacs.testing.pacs import make_tiny_model
 from modeling_pacs.tokenization import CLIP_VOCAB_SIZE
 
 # The ViT-B/32 image tower (CLIP's and SigLIP's B/32 share it), for random-weight benchmarks.
@@ -87,6 +92,17 @@ def make_workload(
         for _ in range(num_candidates):
             items.append((str(path), " ".join(rng.choices(words, k=rng.randint(6, 14))), references))
     return items
+
+
+def announced_workload(folder: Path, args, details: str) -> tuple[list[tuple], list[str], list[str], list[list[str]]]:
+    """`make_workload` of `args.images` x `args.candidates` x `args.references`, its size printed with `details`:
+    `(items, images, candidates, references)`."""
+    items = make_workload(folder, args.images, args.candidates, args.references)
+    print(
+        f"workload: {args.images} images x {args.candidates} candidates x {args.references} references = "
+        f"{len(items)} samples; {details}"
+    )
+    return (items, *workload_columns(items))
 
 
 def workload_columns(items: list[tuple]) -> tuple[list[str], list[str], list[list[str]]]:
@@ -268,6 +284,108 @@ def profile_stages(model, items, device: torch.device, peak: float) -> list[tupl
     return rows
 
 
+# ----------------------------------------------------------------------------------------------- a metric vs RefPAC-S++
+REF_PAC_S_PP = "RefPAC-S++ (ViT-B/32)"
+NOT_SUMMED = "(not summed)"  # a profile row that re-times a stage another way (a comparison, not a stage)
+
+
+def random_ref_pac_s_pp():
+    """RefPAC-S++ at CLIP ViT-B/32's size with a random LoRA adapter merged, as at inference (random weights)."""
+    model = make_tiny_model(variant="pac_s_pp", clip_config=vit_b32_clip_config()).eval()
+    model.clip = model.peft_model.merge_and_unload()
+    model._peft_model = None
+    return model
+
+
+def roberta_flops(config, lengths: torch.Tensor) -> float:
+    """FLOPs of a ScalarMix metric's sentence encoder over these real lengths (embeddings and ScalarMix not
+    counted)."""
+    text = config.text_config
+    per_layer = layer_macs(lengths.double(), text.hidden_size, text.intermediate_size, False).sum()
+    return 2.0 * float(per_layer) * text.num_hidden_layers
+
+
+def comparison_parser(doc: str, metric: str, images: int, repeats: int, example: str) -> argparse.ArgumentParser:
+    """The options of a `benchmark_<metric>.py` that times a metric with `per_item` / `official` modes against
+    RefPAC-S++ (`compare_with_ref_pac_s_pp`); the script may add its own."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=positive_int, default=images)
+    parser.add_argument("--candidates", type=positive_int, default=2, help="candidates per image")
+    parser.add_argument("--references", type=positive_int, default=5, help="references per image")
+    parser.add_argument("--repeats", type=positive_int, default=repeats, help="interleaved timed rounds (best is kept)")
+    parser.add_argument("--official-batch-size", type=positive_int, default=32)
+    parser.add_argument(
+        f"--{metric.lower()}-model", dest="metric_model", help=f"a {metric} directory (default: random weights)"
+    )
+    parser.add_argument("--pacs-model", help="a PAC-S++ directory or alias (default: random ViT-B/32 + LoRA)")
+    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda'")
+    parser.add_argument("--no-profile", action="store_true", help="skip the per-stage profile")
+    parser.add_argument("--threads", type=positive_int, help="torch intra-op threads (default: one per core)")
+    add_example(parser, example)
+    return parser
+
+
+def compare_with_ref_pac_s_pp(
+    args: argparse.Namespace,
+    metric: str,
+    random_model: Callable,
+    metric_flops: Callable,
+    profile: Callable,
+    flops_note: str,
+    extra_runs: Callable | None = None,
+    official_flops: Callable | None = None,
+):
+    """Time `metric` (`per_item` and `official`, plus `extra_runs(model, images, candidates, references)`) against
+    RefPAC-S++ on one workload, interleaved (`best_times`); print ms/sample, time ratio, GFLOP/sample and FLOP ratio
+    (`metric_flops(model, items)`; for the `official` row `official_flops(model, items, batch_size)` where given),
+    then `profile(model, items, device, peak)`'s `(stage, seconds, FLOPs)` rows, best of `--repeats` rounds, each
+    with the matmul peak measured just before it (the best of them is printed)."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+    model = load_model(args.metric_model, device=str(device)) if args.metric_model else random_model().to(device)
+    pacs = load_model(args.pacs_model, device=str(device)) if args.pacs_model else random_ref_pac_s_pp().to(device)
+    weights = "given models" if args.metric_model and args.pacs_model else "random weights at the published sizes"
+    print(f"load average before: {load_average()}")
+    with tempfile.TemporaryDirectory() as directory:
+        details = f"device={device}, threads={torch.get_num_threads()}, {weights}"
+        items, images, candidates, references = announced_workload(Path(directory), args, details)
+        runs = {
+            REF_PAC_S_PP: lambda: pacs.score(images, candidates, references, progress=False),
+            f"{metric} (per_item)": lambda: model.score(images, candidates, references, progress=False),
+            f"{metric} (official, B={args.official_batch_size})": lambda: model.score(
+                images, candidates, references, mode="official", batch_size=args.official_batch_size, progress=False
+            ),
+        }
+        if extra_runs is not None:
+            runs.update(extra_runs(model, images, candidates, references))
+        seconds = {name: value for name, (value, _) in best_times(runs, args.repeats).items()}
+        stages, peak = [], 0.0
+        if not args.no_profile:
+            for _ in range(args.repeats):
+                peak = max(peak, matmul_peak_gflops(device, torch.float32))
+                rounds = profile(model, items, device, peak)
+                stages = rounds if not stages else [min(a, b, key=lambda row: row[1]) for a, b in zip(stages, rounds)]
+        official = f"{metric} (official, B={args.official_batch_size})"
+        flops = {name: metric_flops(model, items) for name in runs}
+        flops[REF_PAC_S_PP] = clip_flops(pacs, items)
+        if official_flops is not None:
+            flops[official] = official_flops(model, items, args.official_batch_size)
+    print(f"load average after: {load_average()}")
+    header = f"{'ms/sample':>10s} {'seconds':>8s} {'time ratio':>11s} {'GFLOP/sample':>13s} {'FLOP ratio':>11s}"
+    print(f"\n{'metric':40s} {header}")
+    for name, value in seconds.items():
+        print(
+            f"{name:40s} {1000 * value / len(items):10.2f} {value:8.2f} {value / seconds[REF_PAC_S_PP]:10.2f}x "
+            f"{flops[name] / len(items) / 1e9:13.2f} {flops[name] / flops[REF_PAC_S_PP]:10.2f}x"
+        )
+    print(flops_note)
+    if stages:
+        print_stage_table(f"per-stage profile of {metric} (per_item)", stages, peak, len(items))
+        total = sum(row[1] for row in stages if not row[0].endswith(NOT_SUMMED))
+        print(f"{'sum of stages (serial)':44s} {total:8.3f}   vs end to end {seconds[f'{metric} (per_item)']:.3f} s")
+
+
 def peak_rss_mib() -> float:
     """Peak resident memory of THIS process image in MiB (`VmHWM`). `ru_maxrss` is no measure for a subprocess:
     Linux carries the parent's peak over `vfork` + `exec` (a probe started by a 3.6 GiB benchmark reported 3.6 GiB
@@ -304,12 +422,17 @@ class PeakMemory:
 
 
 __all__ = [
+    "NOT_SUMMED",
+    "REF_PAC_S_PP",
     "VIT_B32_VISION",
     "WORDS",
     "PeakMemory",
+    "announced_workload",
     "best_time",
     "best_times",
     "clip_flops",
+    "compare_with_ref_pac_s_pp",
+    "comparison_parser",
     "current_rss_mib",
     "distinct_inputs",
     "layer_macs",
@@ -321,6 +444,8 @@ __all__ = [
     "positive_int",
     "print_stage_table",
     "profile_stages",
+    "random_ref_pac_s_pp",
+    "roberta_flops",
     "synchronize",
     "text_flops",
     "vision_flops_per_image",

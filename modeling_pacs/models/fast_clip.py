@@ -246,6 +246,55 @@ class FastLayer:
         return hidden + self.fc2(self.activation(self.fc1(self.norm2(hidden))))
 
 
+class FastEncoderLayer:
+    """One post-norm `nn.TransformerEncoderLayer` (ReLU, batch first, no mask) on packed matrices: Pearl's VSS and
+    DENEB's Sim-Vec transformers. With `first_only`, the layer computes the first position's output only (a class
+    token read from the last layer): keys and values for every position, the query, output projection and MLP for
+    that position alone."""
+
+    def __init__(self, layer: nn.TransformerEncoderLayer, first_only: bool = False):
+        attention = layer.self_attn
+        width = attention.embed_dim
+        weight, bias = attention.in_proj_weight, attention.in_proj_bias
+        self.first_only = first_only
+        if first_only:
+            self.query = PackedLinear(weight[:width], bias[:width])
+            self.key_value = PackedLinear(weight[width:], bias[width:])
+        else:
+            self.qkv = PackedLinear(weight, bias)
+        self.out = PackedLinear(attention.out_proj.weight, attention.out_proj.bias)
+        self.fc1 = PackedReLULinear(layer.linear1.weight, layer.linear1.bias)
+        self.fc2 = PackedLinear(layer.linear2.weight, layer.linear2.bias)
+        self.norm1, self.norm2 = layer.norm1, layer.norm2
+        self.heads = attention.num_heads
+
+    @staticmethod
+    def applies(layer: nn.Module) -> bool:
+        """True for the layers this class runs: post-norm, ReLU, batch first, with biases."""
+        return (
+            isinstance(layer, nn.TransformerEncoderLayer)
+            and not layer.norm_first
+            and layer.activation is F.relu
+            and layer.self_attn.batch_first
+            and layer.self_attn.in_proj_bias is not None
+            and layer.linear1.bias is not None
+        )
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        """`[B, T, D]` -> `[B, T, D]`; with `first_only`, `[B, 1, D]`."""
+        batch, length, width = hidden.shape
+        if self.first_only:
+            query = self.query(hidden[:, :1]).view(batch, 1, self.heads, width // self.heads).transpose(1, 2)
+            key, value = self.key_value(hidden).view(batch, length, 2, self.heads, -1).permute(2, 0, 3, 1, 4)
+            hidden, length = hidden[:, :1], 1
+        else:
+            qkv = self.qkv(hidden).view(batch, length, 3, self.heads, width // self.heads)
+            query, key, value = qkv.permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(query, key, value).transpose(1, 2).reshape(batch, length, width)
+        hidden = self.norm1(hidden + self.out(attended))
+        return self.norm2(hidden + self.fc2(self.fc1(hidden)))
+
+
 def tower_activation(tower: nn.Module) -> str | None:
     """The tower's activation if the fast path supports it and every layer is plain `nn.Linear`, else None."""
     activation = getattr(tower.config, "hidden_act", None)
@@ -351,6 +400,7 @@ def end_of_text_positions(text_model: nn.Module, input_ids: torch.Tensor) -> tor
 
 __all__ = [
     "FastCLIPEncoders",
+    "FastEncoderLayer",
     "FastEncoderSlot",
     "PackedLinear",
     "PackedLinearForward",

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .fast_clip import PackedLinear, PackedReLULinear, PackedTanhHead, packed_linear_available
+from .fast_clip import FastEncoderLayer, PackedLinear, PackedReLULinear, PackedTanhHead, packed_linear_available
 
 # Coordinates per pass through HadamardNet: temporaries of HADAMARD_CHUNK_ROWS x 1024 floats (16 MB) stay allocated
 # from one chunk to the next; larger chunks ran at 79% of one core's peak against 100% for 256 to 4096 rows.
@@ -91,27 +91,6 @@ class FastARSM:
         return torch.cat((adapted[0], adapted[1]), dim=-1)
 
 
-class FastEncoderLayer:
-    """One post-norm `nn.TransformerEncoderLayer` (ReLU, batch first, no mask) on packed matrices."""
-
-    def __init__(self, layer: nn.TransformerEncoderLayer):
-        attention = layer.self_attn
-        self.qkv = PackedLinear(attention.in_proj_weight, attention.in_proj_bias)
-        self.out = PackedLinear(attention.out_proj.weight, attention.out_proj.bias)
-        self.fc1 = PackedReLULinear(layer.linear1.weight, layer.linear1.bias)
-        self.fc2 = PackedLinear(layer.linear2.weight, layer.linear2.bias)
-        self.norm1, self.norm2 = layer.norm1, layer.norm2
-        self.heads = attention.num_heads
-
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        batch, length, width = hidden.shape
-        qkv = self.qkv(hidden).view(batch, length, 3, self.heads, width // self.heads)
-        query, key, value = qkv.permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(query, key, value).transpose(1, 2).reshape(batch, length, width)
-        hidden = self.norm1(hidden + self.out(attended))
-        return self.norm2(hidden + self.fc2(self.fc1(hidden)))
-
-
 class FastVSS:
     """`PearlVSS` in eval mode: positions, the transformer, then the cross-attention of the learnable queries, whose
     projection is the same for every input and computed once."""
@@ -170,7 +149,7 @@ class FastPearlHead:
         if any(norm.running_mean is None for norm in norms):
             return None
         for layer in model.vss.transformer.layers:
-            if layer.norm_first or layer.activation is not F.relu:
+            if not FastEncoderLayer.applies(layer):
                 return None
         try:
             return cls(model)

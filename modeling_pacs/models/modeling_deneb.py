@@ -37,12 +37,24 @@ from .clip_roberta import (
     sentence_labels,
 )
 from .configuration_deneb import DENEB_MODES, DenebConfig
+from .fast_clip import FastEncoderSlot
+from .fast_deneb import FastSimVec
 from .inputs import SHORTEN_FIX, ImageInput, check_captions, check_media_count
 from .scoring import mean_or_nan
 from .scoring_deneb import sim_vec_sequences, with_class_token
 from .sentence_mix import MLPHead, sentence_statistics
 
 logger = logging.get_logger(__name__)
+
+# Sequence positions per Sim-Vec call in `"per_item"` mode when no `batch_size` is given: enough rows per matrix
+# product to run near the fp32 matmul peak rather than wait on the weights (292 items of 5 references), and a bounded
+# memory however many references an item has (docs/concepts/polos-pearl-cost.md#deneb).
+PER_ITEM_ROWS = 2048
+
+
+def sim_vec_items_per_call(reference_count: int) -> int:
+    """Items of `reference_count` references per Sim-Vec call in `"per_item"` mode (`PER_ITEM_ROWS` positions)."""
+    return max(1, PER_ITEM_ROWS // (reference_count + 2))
 
 
 @dataclass
@@ -143,8 +155,10 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
         self.clip_sequence_encoder = DenebSequenceEncoder(config)
         self.text_sequence_encoder = DenebSequenceEncoder(config)
         self.head = MLPHead(config.feature_size, config.hidden_sizes, config.dropout)
-        # On CPU in fp32, in eval mode without gradients, RoBERTa runs `fast_roberta` (same embeddings, less work).
+        # On CPU in fp32, in eval mode without gradients, RoBERTa runs `fast_roberta` and the Sim-Vec transformers and
+        # head `fast_deneb` (same scores, less work). `fast_cpu_encoders = False`: the modules.
         self.build_fast_text_encoder()
+        self._fast_sim_vec = FastEncoderSlot(FastSimVec.build)
         self.post_init()
 
     # ------------------------------------------------------------------------------------------------ loading
@@ -166,7 +180,11 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
         the authors' RoBERTa calls normalises its whole batch together."""
         if not token_ids:
             return torch.zeros(0, self.config.hidden_size)
-        input_ids, lengths = right_padded(token_ids, self.config.text_config.pad_token_id)
+        # RoBERTa runs once per distinct sentence (an official chunk repeats an image's shared references); only the
+        # statistics are shared by groups.
+        distinct: dict[tuple[int, ...], int] = {}
+        slots = [distinct.setdefault(tuple(ids), len(distinct)) for ids in token_ids]
+        input_ids, lengths = right_padded([list(ids) for ids in distinct], self.config.text_config.pad_token_id)
         fast = self.fast_text_encoder()
         if fast is not None:
             statistics = fast.statistics(input_ids, lengths)
@@ -178,6 +196,7 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
                 output_hidden_states=True,
             )
             statistics = sentence_statistics(torch.stack(outputs.hidden_states), attention_mask.to(self.device))
+        statistics = statistics.select(torch.tensor(slots, device=self.device))
         group_tensor = torch.unique(torch.tensor(groups), return_inverse=True)[1].to(self.device)
         return self.scalar_mix.first_position(statistics, group_tensor).float()
 
@@ -192,6 +211,14 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
                 ids = [token_ids[index] for index in batch]
                 embeds[batch] = self.sentence_embeddings(ids, list(range(len(batch)))).cpu()
         return embeds
+
+    def fast_sim_vec(self) -> FastSimVec | None:
+        """`fast_deneb`'s Sim-Vec transformers and head for the current weights, or None where the path does not
+        apply (off, training, gradients, device, dtype)."""
+        modules = nn.ModuleList([self.clip_sequence_encoder, self.text_sequence_encoder, self.head])
+        if not self.fast_cpu_encoders or torch.is_grad_enabled() or any(module.training for module in modules):
+            return None
+        return self._fast_sim_vec.get(modules)
 
     def item_scores(
         self,
@@ -215,6 +242,9 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             self.text_projection.weight,
             self.text_projection.bias,
         )
+        fast = self.fast_sim_vec()
+        if fast is not None:
+            return fast(clip_sequence, text_sequence, image_pair).float()
         summary = torch.cat(
             [self.clip_sequence_encoder(clip_sequence), self.text_sequence_encoder(text_sequence), image_pair], dim=-1
         )
@@ -242,7 +272,8 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
                 mode).
             mode: `"per_item"` (default of the config) or `"official"` (see the module docstring).
             batch_size: items per batch; in `"official"` mode the authors' chunk size (default
-                `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not.
+                `config.official_batch_size`), which changes the scores; in `"per_item"` mode it does not (default:
+                `sim_vec_items_per_call`, items of one reference count through the Sim-Vec transformers at once).
             image_batch_size, text_batch_size: CLIP encoder batch sizes (do not change scores).
 
         Returns:
@@ -250,6 +281,7 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             CLIP's text encoder dropped (`truncated_tokens`, `truncated_reference_tokens`).
         """
         mode = mode or self.config.mode
+        per_item_batch_size = batch_size
         batch_size = self.config.official_batch_size if batch_size is None else batch_size
         check_score_arguments(mode, DENEB_MODES, batch_size, image_batch_size, text_batch_size)
         candidates = check_captions(candidates)
@@ -278,11 +310,10 @@ class DenebModel(ClipRobertaMixin, DenebPreTrainedModel):
             by_count: dict[int, list[int]] = {}
             for item, item_references in enumerate(references):
                 by_count.setdefault(len(item_references), []).append(item)
-            batches = [
-                items[start : start + batch_size]
-                for items in by_count.values()
-                for start in range(0, len(items), batch_size)
-            ]
+            batches = []
+            for count, items in by_count.items():
+                size = per_item_batch_size or sim_vec_items_per_call(count)
+                batches += [items[start : start + size] for start in range(0, len(items), size)]
         else:
             batches = [
                 list(range(start, min(start + batch_size, len(candidates))))
@@ -367,4 +398,11 @@ def check_no_empty_captions(candidates: list[str], references: list[list[str]]) 
                 )
 
 
-__all__ = ["DenebModel", "DenebPreTrainedModel", "DenebScoreOutput", "check_deneb_references"]
+__all__ = [
+    "PER_ITEM_ROWS",
+    "DenebModel",
+    "DenebPreTrainedModel",
+    "DenebScoreOutput",
+    "check_deneb_references",
+    "sim_vec_items_per_call",
+]
