@@ -378,11 +378,4 @@ def check_deneb_references(references, num_candidates: int, max_references: int)
     return references
 
 
-__all__ = [
-    "PER_ITEM_ROWS",
-    "DenebModel",
-    "DenebPreTrainedModel",
-    "DenebScoreOutput",
-    "check_deneb_references",
-    "sim_vec_items_per_call",
-]
+__all__ = ["DenebModel", "DenebPreTrainedModel", "DenebScoreOutput", "check_deneb_references"]
