@@ -9,9 +9,12 @@ adapter merged. Pass `--deneb-model DIR` / `--pacs-model DIR` to time converted 
 Both metrics encode each distinct image and text once. DENEB is timed in both modes: `per_item` (default) and
 `official` (chunks of `--official-batch-size`). Timed runs are interleaved, `--repeats` rounds, best kept. The time
 ratio to RefPAC-S++ is printed beside the FLOP ratio: the FLOP ratio is what the method costs (ViT-L/14 against
-ViT-B/32 dominates it), the rest is how well each part runs.
+ViT-B/32 dominates it), the rest is how well each part runs. The profile splits the Sim-Vec stage into the pair
+vectors, the two transformers and the head, in the calls `score` makes, and re-times it as the engine ran it before
+`fast_deneb` (the modules, 32 items a call: a comparison row, not summed). The figures of
+docs/concepts/polos-pearl-cost.md#deneb (about 3 minutes on a quiet 2-core machine):
 
-    python benchmarks/benchmark_deneb.py --images 8 --candidates 2 --references 5 --repeats 2
+    python benchmarks/benchmark_deneb.py --images 16 --candidates 8 --references 5 --repeats 2
 """
 
 import time

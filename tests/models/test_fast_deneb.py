@@ -11,7 +11,7 @@ import torch
 from modeling_pacs.models.fast_clip import FastEncoderLayer, packed_linear_available
 from modeling_pacs.models.modeling_deneb import PER_ITEM_ROWS, sim_vec_items_per_call
 from modeling_pacs.testing.deneb import make_tiny_deneb_model
-from tests.fixtures.helpers import assert_scores_close
+from tests.fixtures.helpers import assert_scores_close, random_image
 
 pytestmark = pytest.mark.skipif(not packed_linear_available(), reason="this torch build has no oneDNN packed kernels")
 
@@ -145,3 +145,22 @@ def test_a_class_token_only_layer_equals_the_full_layers_first_position(deneb):
 def test_per_item_calls_fill_a_bounded_number_of_positions():
     assert [sim_vec_items_per_call(count) for count in (1, 5, 998)] == [682, 292, 2]
     assert sim_vec_items_per_call(PER_ITEM_ROWS) == 1
+
+
+def test_an_official_chunk_runs_roberta_once_per_distinct_sentence(deneb, monkeypatch):
+    """Two images with two candidates each share their references: 4 candidates + 8 reference positions, 8 distinct."""
+    images = [random_image(index, (64, 48)) for index in (0, 0, 1, 1)]
+    candidates = ["a cat sleeping", "two cats", "a dog running", "two dogs"]
+    references = [["a cat", "a sofa"]] * 2 + [["a dog", "grass"]] * 2
+    with torch.inference_mode():
+        fast = deneb.fast_text_encoder()
+    batch_sizes = []
+    statistics = fast.statistics
+
+    def recorded(input_ids, lengths):
+        batch_sizes.append(len(lengths))
+        return statistics(input_ids, lengths)
+
+    monkeypatch.setattr(fast, "statistics", recorded)
+    deneb.score(images, candidates, references, mode="official", batch_size=4)
+    assert batch_sizes == [8]
