@@ -51,7 +51,8 @@ def load_model(
     out (`model_sources.py`). The libraries' loading chatter is hidden; our own warnings show.
 
     `merge_adapter=False` keeps a LoRA adapter unmerged on the backbone's weights (`model.merge_adapter()` merges it;
-    `model.merge_deferred` says it is pending), for this load only; families without adapters ignore it.
+    `model.merge_deferred` says it is pending), for this load only; True: as the model's config says. Families without
+    adapters ignore it.
     """
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be an alias, a Hub id or a model directory, got {model!r}")

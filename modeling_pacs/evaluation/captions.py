@@ -587,6 +587,7 @@ def score_rows(models: dict, options: dict, items: list[dict], references: list 
                     row[key] = value
         if cache is not None:
             cache.clear()  # this chunk's features: every model has read them
+        del images  # freed before the next chunk's are decoded: one chunk of images in memory, not two
     return rows
 
 

@@ -287,7 +287,7 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
         model.tokenizer = AutoTokenizer.from_pretrained(name_or_path, config=model.config.backbone_config, **hub_kwargs)
         check_tokenizer(model.tokenizer, model.config.backbone_config, name_or_path)
         if load_adapter and model.config.adapter_path:
-            merge = model.config.merge_adapter and merge_adapter is not False
+            merge = model.config.merge_adapter if merge_adapter is None else merge_adapter
             model.load_lora_adapter(name_or_path, merge=merge, **hub_kwargs)
             model.merge_deferred = model.config.merge_adapter and not merge
         warn_if_random_weights(model.config, name_or_path, logger)

@@ -70,7 +70,7 @@ def load_pacs_model(
 ) -> PACSModel:
     """A `PACSModel` from a PAC-S++ directory or Hub id, or from a plain CLIP / SigLIP / SigLIP 2 checkpoint (CLIP-S
     with the backbone's own pipelines). `merge_adapter=False` keeps a LoRA adapter that the config would merge
-    unmerged (`PACSModel.from_pretrained`; `model.merge_adapter()` merges it later).
+    unmerged (`PACSModel.from_pretrained`; `model.merge_adapter()` merges it later); True: as the config says.
 
     Example:
 
@@ -87,7 +87,9 @@ def load_pacs_model(
             require("sentencepiece", "siglip", "SigLIP")
         loaded = PACSModel.from_siglip(name_or_path, dtype=torch.float32)
     else:
-        loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32, merge_adapter=merge_adapter)
+        # True: as the config says (a folder saved with its adapter unmerged stays so)
+        merge = None if merge_adapter else False
+        loaded = PACSModel.from_pretrained(name_or_path, dtype=torch.float32, merge_adapter=merge)
     return place(loaded, device, dtype)
 
 
