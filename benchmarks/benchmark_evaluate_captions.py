@@ -120,6 +120,9 @@ def main():
     parser.add_argument("--ngrams", default="bleu,meteor,rouge_l,cider", help="n-gram metrics (comma-separated)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--output", type=Path, help="write the figures as JSON")
+    parser.add_argument(
+        "--low-memory", action="store_true", help="run evaluate-captions with --low-memory (glibc's mmap threshold)"
+    )
     parser.epilog = "Example:\n  python benchmarks/benchmark_evaluate_captions.py --items 500 --output figures.json"
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     args = parser.parse_args()
@@ -147,7 +150,7 @@ def main():
         command = [*cli, "evaluate-captions", "--results", str(folder / "results.json"), "--annotations",
                    str(folder / "annotations.json"), "--images", str(folder / "images"), "--metrics",
                    ",".join([*ngrams, *models]), "--output", str(folder / "together.json"), "--no-progress",
-                   "--device", args.device]  # fmt: skip
+                   "--device", args.device, *(["--low-memory"] if args.low_memory else [])]  # fmt: skip
         start = time.perf_counter()
         together = peak_rss_of_run(command)
         print(f"(together took {time.perf_counter() - start:.1f}s wall)")

@@ -103,6 +103,12 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--cpu", action="store_true", help="score on the CPU (--device cpu); torchrun's CPU processes join through gloo"
     )
+    parser.add_argument(
+        "--low-memory",
+        action="store_true",
+        help="return large freed blocks to the system (glibc's mmap threshold fixed at 8 MiB): a lower peak with "
+        "several large models, some speed lost to page faults (docs/guides/evaluating-captions.md#speed-and-memory)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     parser.add_argument("--verbose", action="store_true", help="also show the libraries' own logs and warnings")
     return parser
@@ -166,7 +172,8 @@ def run(args: argparse.Namespace):
     from .score import quiet_libraries
 
     quiet_libraries(args.verbose)
-    return_large_blocks()  # one model's freed activations are not kept in the heap under the next one's
+    if args.low_memory:
+        return_large_blocks()  # one model's freed activations are not kept in the heap under the next one's
     metrics = [name for name in args.metrics.split(",") if name.strip()]
     parse_metrics(metrics)  # an unknown metric is named before any file is read
     skip = [policy.strip().replace("-", "_") for policy in args.skip.split(",") if policy.strip()]

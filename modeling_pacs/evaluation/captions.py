@@ -491,9 +491,13 @@ def share_identical_backbones(models: dict[str, Any], merge_unshared: bool = Tru
 
     A PAC-S++ model whose adapter was loaded unmerged (`load_models`) on base weights that another model holds keeps
     its adapter unmerged on that model's weight tensors: the backbone is stored once, and PAC-S++ pays the LoRA
-    matrices only (its scores within float rounding of the merged model's, on transformers' encoders instead of the
-    packed fast ones). Without such a model its adapter is merged, as `pacs-score` loads it."""
+    matrices only (its scores within float rounding of the merged model's); its fast encoders reuse that model's
+    packed matrices and add the low-rank terms (`fast_clip`). Without such a model its adapter is merged, as
+    `pacs-score` loads it."""
     import gc
+    from functools import partial
+
+    from ..models.fast_clip import FastCLIPEncoders, FastEncoderSlot
 
     kept: list[Any] = []
     deferred = []
@@ -525,6 +529,10 @@ def share_identical_backbones(models: dict[str, Any], merge_unshared: bool = Tru
                 continue
             module_name, _, leaf = name.rpartition(".")
             setattr(model.clip.get_submodule(module_name), leaf, first_parameters[plain])
+        # The fast encoders reuse the first model's packed matrices and add the adapter's low-rank terms.
+        model._fast_encoders = FastEncoderSlot(
+            partial(FastCLIPEncoders.build, base=partial(first._fast_encoders.get, first.clip))
+        )
         model.merge_deferred = False
     gc.collect()
 

@@ -16,7 +16,13 @@ end-of-text token of a caption). The engine's default CPU path computes it as fo
 Embeddings equal transformers' within float rounding (scores within 1e-6, `tests/models/test_fast_clip.py`). The packed
 matrices are a second copy of the encoders' linear weights (about 490 MB for ViT-B/32, 1.5 GB for ViT-L/14), built
 on the first call and rebuilt when a weight changes. The path serves fp32 on CPU, `quick_gelu` or `gelu` towers with
-plain `nn.Linear` layers (LoRA merged) and no gradients; everything else runs transformers' forward.
+`nn.Linear` layers and no gradients; everything else runs transformers' forward.
+
+An unmerged PEFT LoRA adapter on those layers (vanilla LoRA, no bias on B, adapters enabled) runs here too:
+`x W^T + b + s (x A^T) B^T`, with the base matrices packed as above and the low-rank term added, as PEFT computes it
+(scores within float rounding of the merged model's). `FastCLIPEncoders.build(clip, base=...)` reuses the packed base
+matrices of another model whose layers hold the very same weight tensors (PAC-S++'s adapter unmerged on CLIP-S's
+backbone in `pacs-pp evaluate-captions`): the adapter then costs its low-rank matrices only, not a second packed copy.
 
 Example:
 
@@ -47,6 +53,8 @@ QUICK_GELU_SCALE = 1.702
 # by up to 1.04e-6 from transformers' path in one benchmark run (7.9e-7 with torch's). In place, on the matrix
 # product's fresh output: no second MLP-wide temporary to allocate and fault in.
 ACTIVATIONS = {"quick_gelu": (partial(F.silu, inplace=True), QUICK_GELU_SCALE), "gelu": (torch.ops.aten.gelu_, 1.0)}
+# A packed layer's activation function -> the scale folded into its MLP matrices (LoRA terms get the same).
+ACTIVATIONS_BY_FUNCTION = {function: scale for function, scale in ACTIVATIONS.values()}
 
 
 def packed_linear_available() -> bool:
@@ -69,6 +77,87 @@ class PackedLinear:
         flat = x.reshape(-1, x.shape[-1])
         out = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class LoraPackedLinear:
+    """A packed base matrix plus the low-rank terms of LoRA adapters: `base(x) + (x down^T) up^T`, where `down`
+    stacks the adapters' A matrices and `up` their B matrices times their scaling (block-diagonal for a fused q/k/v
+    product: each projection's rows read its own adapters' columns only)."""
+
+    def __init__(self, base: PackedLinear, down: torch.Tensor, up: torch.Tensor):
+        self.base, self.down, self.up = base, down.contiguous(), up.contiguous()
+
+    @classmethod
+    def fused(cls, base, terms: list, widths: list[int] | None = None, up_scale: float = 1.0,
+              down_scale: float = 1.0):  # fmt: skip
+        """`base` with the terms of the projections fused in it (`terms[i]`: `(down, up)` or None, for rows
+        `widths[i]` of the output), or `base` itself when none has an adapter."""
+        if all(term is None for term in terms):
+            return base
+        widths = widths or [next(term[1].shape[0] for term in terms if term is not None)]
+        rank = sum(term[0].shape[0] for term in terms if term is not None)
+        reference = next(term[0] for term in terms if term is not None)
+        down = reference.new_zeros(rank, reference.shape[1])
+        up = reference.new_zeros(sum(widths), rank)
+        row = column = 0
+        for term, width in zip(terms, widths, strict=True):
+            if term is not None:
+                r = term[0].shape[0]
+                down[column : column + r] = term[0] * down_scale
+                up[row : row + width, column : column + r] = term[1] * up_scale
+                column += r
+            row += width
+        return cls(base, down, up)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.base(x)
+        low = torch.matmul(torch.matmul(x, self.down.T), self.up.T)
+        return out.add_(low)
+
+
+def layer_linears(layer: nn.Module) -> list[nn.Module]:
+    """q, k, v, out, fc1, fc2 of a CLIP encoder layer (plain `nn.Linear` or PEFT LoRA layers around one)."""
+    attention, mlp = layer.self_attn, layer.mlp
+    return [attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj, mlp.fc1, mlp.fc2]
+
+
+def base_linear(linear: nn.Module) -> nn.Module:
+    """The `nn.Linear` under a PEFT LoRA layer (`base_layer`), or the layer itself."""
+    return getattr(linear, "base_layer", linear)
+
+
+UNSUPPORTED = "unsupported"
+
+
+def lora_terms(linear: nn.Module):
+    """`(down [r, in], up [out, r] * scaling)` of a PEFT LoRA linear's active adapters (stacked), None for a plain
+    `nn.Linear`, `UNSUPPORTED` for what the fast path does not compute as PEFT does (adapters disabled or merged, a
+    LoRA variant such as DoRA, a bias on B, mixed-batch adapters, a base that is not `nn.Linear` with a bias)."""
+    if linear is base_linear(linear):
+        return None if type(linear) is nn.Linear and linear.bias is not None else UNSUPPORTED
+    base = base_linear(linear)
+    if type(base) is not nn.Linear or base.bias is None:
+        return UNSUPPORTED
+    if getattr(linear, "disable_adapters", True) or getattr(linear, "merged", True):
+        return UNSUPPORTED
+    downs, ups = [], []
+    for adapter in linear.active_adapters:
+        if adapter not in linear.lora_A:
+            continue
+        if adapter in getattr(linear, "lora_variant", {}) or linear.lora_B[adapter].bias is not None:
+            return UNSUPPORTED
+        downs.append(linear.lora_A[adapter].weight.detach())
+        ups.append(linear.lora_B[adapter].weight.detach() * linear.scaling[adapter])
+    if not downs:
+        return None
+    return torch.cat(downs), torch.cat(ups, dim=1)
+
+
+def has_lora(clip: nn.Module) -> bool:
+    """True when a CLIP model's encoder layers carry PEFT LoRA layers."""
+    towers = (clip.vision_model, clip.text_model)
+    return any(base_linear(linear) is not linear for tower in towers for layer in tower.encoder.layers
+               for linear in layer_linears(layer))  # fmt: skip
 
 
 class PackedLinearForward:
@@ -185,20 +274,41 @@ class FastLayer:
 
     @classmethod
     def from_clip(cls, layer: nn.Module, activation: str) -> "FastLayer":
-        attention, mlp = layer.self_attn, layer.mlp
+        attention = layer.self_attn
         scale = ACTIVATIONS[activation][1]
-        weight = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
-        bias = torch.cat([attention.q_proj.bias, attention.k_proj.bias, attention.v_proj.bias])
+        q, k, v, out, fc1, fc2 = (base_linear(linear) for linear in layer_linears(layer))
+        weight = torch.cat([q.weight, k.weight, v.weight])
+        bias = torch.cat([q.bias, k.bias, v.bias])
         return cls(
             PackedLinear(weight, bias),
-            PackedLinear(attention.out_proj.weight, attention.out_proj.bias),
-            PackedLinear(mlp.fc1.weight * scale, mlp.fc1.bias * scale),
-            PackedLinear(mlp.fc2.weight / scale, mlp.fc2.bias),
+            PackedLinear(out.weight, out.bias),
+            PackedLinear(fc1.weight * scale, fc1.bias * scale),
+            PackedLinear(fc2.weight / scale, fc2.bias),
             ACTIVATIONS[activation][0],
             layer.layer_norm1,
             layer.layer_norm2,
             attention.num_heads,
             attention.scale,
+        )
+
+    def with_lora(self, layer: nn.Module) -> "FastLayer":
+        """This layer (packed from `layer`'s base weights) plus the low-rank terms of `layer`'s LoRA adapters: the
+        packed base matrices are shared, not copied. The activation's folded scale applies to the terms as to the
+        matrices: the first MLP term is scaled by it, the second's input divided by it."""
+        q, k, v, out, fc1, fc2 = (lora_terms(linear) for linear in layer_linears(layer))
+        scale = ACTIVATIONS_BY_FUNCTION[self.activation]
+        return FastLayer(
+            LoraPackedLinear.fused(
+                self.qkv, [q, k, v], [base_linear(linear).out_features for linear in layer_linears(layer)[:3]]
+            ),  # fmt: skip
+            LoraPackedLinear.fused(self.out, [out]),
+            LoraPackedLinear.fused(self.fc1, [fc1], up_scale=scale),
+            LoraPackedLinear.fused(self.fc2, [fc2], down_scale=1 / scale),
+            self.activation,
+            layer.layer_norm1,
+            layer.layer_norm2,
+            self.heads,
+            self.scale,
         )
 
     @classmethod
@@ -295,15 +405,27 @@ class FastEncoderLayer:
         return self.norm2(hidden + self.fc2(self.fc1(hidden)))
 
 
+def same_base_weights(first: nn.Module, second: nn.Module) -> bool:
+    """True when every encoder linear of two CLIP models (plain or under LoRA) holds the very same weight and bias
+    tensors: packed matrices made from one serve the other."""
+    pairs = []
+    for tower in ("vision_model", "text_model"):
+        one, other = getattr(first, tower).encoder.layers, getattr(second, tower).encoder.layers
+        if len(one) != len(other):
+            return False
+        for a, b in zip(one, other, strict=True):
+            pairs += zip(layer_linears(a), layer_linears(b), strict=True)
+    return all(base_linear(a).weight is base_linear(b).weight and base_linear(a).bias is base_linear(b).bias
+               for a, b in pairs)  # fmt: skip
+
+
 def tower_activation(tower: nn.Module) -> str | None:
     """The tower's activation if the fast path supports it and every layer is plain `nn.Linear`, else None."""
     activation = getattr(tower.config, "hidden_act", None)
     if activation not in ACTIVATIONS:
         return None
     for layer in tower.encoder.layers:
-        attention, mlp = layer.self_attn, layer.mlp
-        linears = (attention.q_proj, attention.k_proj, attention.v_proj, attention.out_proj, mlp.fc1, mlp.fc2)
-        if any(type(linear) is not nn.Linear or linear.bias is None for linear in linears):
+        if any(lora_terms(linear) is UNSUPPORTED for linear in layer_linears(layer)):
             return None
     return activation
 
@@ -319,8 +441,11 @@ class FastCLIPEncoders:
             self.text_layers = [FastLayer.from_clip(layer, text_activation) for layer in text_layers]
 
     @classmethod
-    def build(cls, clip: nn.Module) -> "FastCLIPEncoders | None":
-        """The fast encoders of `clip`, or None where they do not apply (device, dtype, layers, activation, build)."""
+    def build(cls, clip: nn.Module, base=None) -> "FastCLIPEncoders | None":
+        """The fast encoders of `clip`, or None where they do not apply (device, dtype, layers, activation, build).
+
+        With LoRA layers in `clip`'s encoders, `base()` may give the fast encoders of a model whose layers hold the
+        very same base weight tensors: their packed matrices are reused (checked tensor by tensor), else packed."""
         if not packed_linear_available() or not hasattr(clip, "visual_projection"):
             return None
         parameter = next(clip.parameters())
@@ -330,10 +455,26 @@ class FastCLIPEncoders:
         if vision is None or text is None:
             return None
         try:
-            return cls(clip, vision, text)
+            if not has_lora(clip):
+                return cls(clip, vision, text)
+            shared = base() if base is not None else None
+            packed = shared if shared is not None and same_base_weights(shared.clip, clip) else cls(clip, vision, text)
+            return packed.with_lora(clip)
         except RuntimeError as error:  # a oneDNN build that cannot pack these matrices: transformers' forward
             logger.warning("fast_clip: packing the encoder weights failed (%s); using transformers' forward", error)
             return None
+
+    def with_lora(self, clip: nn.Module) -> "FastCLIPEncoders":
+        """Fast encoders for `clip` (LoRA layers over these encoders' base weights): these packed matrices plus
+        `clip`'s low-rank terms; embeddings, norms and projections are `clip`'s own modules."""
+        fast = copy.copy(self)
+        fast.clip = clip
+        with torch.no_grad():
+            fast.vision_layers = [packed.with_lora(layer) for packed, layer in
+                                  zip(self.vision_layers, clip.vision_model.encoder.layers, strict=True)]  # fmt: skip
+            fast.text_layers = [packed.with_lora(layer) for packed, layer in
+                                zip(self.text_layers, clip.text_model.encoder.layers, strict=True)]  # fmt: skip
+        return fast
 
     def encode_images(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """`visual_projection(post_layernorm(class token))`, as `CLIPModel.get_image_features`."""

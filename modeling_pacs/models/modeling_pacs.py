@@ -833,7 +833,8 @@ class PACSModel(VideoScoringMixin, PACSPreTrainedModel):
 
     def fast_encoders(self) -> FastCLIPEncoders | None:
         """The packed fast path of `fast_clip` for this model's current weights, or None where it does not apply
-        (`fast_cpu_encoders=False`, not a CLIP backbone, not fp32 on CPU, an unmerged adapter, training mode).
+        (`fast_cpu_encoders=False`, not a CLIP backbone, not fp32 on CPU, a LoRA variant it does not compute, training
+        mode); an unmerged vanilla LoRA adapter runs on it (`fast_clip`).
         Rebuilt when a weight is replaced or changed in place."""
         if not self.fast_cpu_encoders or self.clip.training or backbone_family(self.config.backbone_config) != "clip":
             self._fast_encoders.clear()

@@ -125,8 +125,76 @@ def test_fast_path_is_used_only_where_it_applies(tiny_model):
 
     from peft import LoraConfig, get_peft_model
 
-    model.clip = get_peft_model(model.clip, LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
-    assert model.fast_encoders() is None  # an unmerged adapter: transformers' forward with PEFT's layers
+    plain = model.clip
+    model.clip = get_peft_model(plain, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).eval()
+    assert model.fast_encoders() is not None  # a vanilla unmerged adapter runs on the packed path
+    dora = LoraConfig(r=2, target_modules=["q_proj"], use_dora=True)
+    model.clip = get_peft_model(copy.deepcopy(plain), dora).eval()
+    assert model.fast_encoders() is None  # DoRA: transformers' forward with PEFT's layers
+
+
+def lora_clip(activation: str, targets: list[str], seed: int = 3):
+    """`small_clip` with an unmerged PEFT LoRA adapter on `targets`, its B matrices random (PEFT starts them at
+    zero, which would test nothing)."""
+    from peft import LoraConfig, get_peft_model
+
+    base = small_clip(activation)
+    model = get_peft_model(copy.deepcopy(base), LoraConfig(r=3, lora_alpha=5, target_modules=targets)).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.2 * torch.randn(parameter.shape, generator=generator))
+    return base, model
+
+
+@pytest.mark.parametrize("activation", ["quick_gelu", "gelu"])
+@pytest.mark.parametrize(
+    "targets", [["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"], ["k_proj", "fc2"], ["q_proj", "v_proj"]]
+)
+def test_an_unmerged_lora_adapter_on_the_fast_path_equals_peft_forward(activation, targets):
+    base, model = lora_clip(activation, targets)
+    fast = FastCLIPEncoders.build(model)
+    assert fast is not None
+    pixels = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    ids, mask = padded_texts(EOS)
+    with torch.inference_mode():
+        images = model.get_image_features(pixel_values=pixels).pooler_output
+        texts = model.get_text_features(input_ids=ids, attention_mask=mask).pooler_output
+        assert_embeddings_close(fast.encode_images(pixels), images)
+        assert_embeddings_close(fast.encode_texts(ids), texts)
+        # the adapter matters: the base model's embeddings are far from these
+        assert (base.get_image_features(pixel_values=pixels).pooler_output - images).abs().max() > 1e-2
+        # merged, as pacs-score loads it: the same embeddings within rounding
+        merged = copy.deepcopy(model).merge_and_unload()
+        expected = merged.get_image_features(pixel_values=pixels).pooler_output
+        assert_embeddings_close(fast.encode_images(pixels), expected)
+
+
+def test_an_adapter_on_shared_base_weights_reuses_their_packed_matrices():
+    base, model = lora_clip("quick_gelu", ["q_proj", "fc1"])
+    plain = dict(base.named_parameters())
+    for name, _ in list(model.base_model.model.named_parameters()):  # what evaluate-captions does
+        plain_name = name.replace(".base_layer.", ".")
+        if "lora_" not in name:
+            module, _, leaf = name.rpartition(".")
+            setattr(model.base_model.model.get_submodule(module), leaf, plain[plain_name])
+    shared = FastCLIPEncoders.build(base)
+    fast = FastCLIPEncoders.build(model, base=lambda: shared)
+    first, ours = shared.vision_layers[0], fast.vision_layers[0]
+    assert ours.qkv.base is first.qkv and ours.fc1.base is first.fc1  # the packed matrices, not a copy
+    assert ours.out is first.out and ours.fc2 is first.fc2  # no adapter there: the base layer itself
+    alone = FastCLIPEncoders.build(copy.deepcopy(model))  # another model's tensors: packed for itself
+    pixels = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        assert_embeddings_close(fast.encode_images(pixels), alone.encode_images(pixels))
+        expected = model.get_image_features(pixel_values=pixels).pooler_output
+        assert_embeddings_close(fast.encode_images(pixels), expected)
+    other = FastCLIPEncoders.build(small_clip("quick_gelu", seed=5))  # a base that is not this adapter's
+    mismatched = FastCLIPEncoders.build(model, base=lambda: other)
+    assert mismatched.vision_layers[0].qkv.base is not other.vision_layers[0].qkv  # never reused: packed anew
+    with torch.inference_mode():
+        assert_embeddings_close(mismatched.encode_images(pixels), expected)
 
 
 def test_a_packing_failure_falls_back_to_transformers_with_a_warning(monkeypatch, caplog):
