@@ -10,7 +10,9 @@ Smaller blocks (tiny models' activations, Python objects) stay in the heap, wher
 saved no more memory and cost more system time (page faults on every batch). Trimming the heap after each model
 (`malloc_trim`) saved less: the peak is within one model's batches.
 
-These are process-wide settings: the command that owns the process sets them (a library call does not).
+These are process-wide settings: the command that owns the process sets them (a library call does not), and they
+cost page faults (every such batch's pages are mapped anew): `pacs-pp evaluate-captions --low-memory` opts in (about
+8% lower peak, 10% slower at ViT-B/32 size; docs/guides/evaluating-captions.md#speed-and-memory).
 
 Example:
 

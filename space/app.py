@@ -1017,8 +1017,12 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
             api_visibility="private",
             preprocess=False,
         )
+        # `/compare` keeps its five inputs (API clients that post them stay valid); `/compare_mode` adds the mode.
         gr.Button(visible=False).click(
-            compare, inputs=inputs, outputs=[best, table, details], api_name="compare", preprocess=False
+            compare, inputs=inputs[:5], outputs=[best, table, details], api_name="compare", preprocess=False
+        )
+        gr.Button(visible=False).click(
+            compare, inputs=inputs, outputs=[best, table, details], api_name="compare_mode", preprocess=False
         )
 
 
@@ -1043,7 +1047,8 @@ def build_demo(
         request = parse_request(image, captions_text, references_text)
         model = check_model(model)
         models = cache.get(model)
-        table = score_request(request, models, check_scoring_mode_choice(mode, spec_of(models.pac_s)))
+        chosen = None if mode is None or mode == "" else check_scoring_mode_choice(mode, spec_of(models.pac_s))
+        table = score_request(request, models, chosen)
         return (
             summary_text(table, models, random_weights=model == TINY_CHOICE),
             styled_table(table),
@@ -1166,9 +1171,11 @@ def build_demo(
                     preprocess=False,
                 )
                 # The API endpoint: the same scoring, its errors raised to the client (the page shows them as text).
-                gr.Button(visible=False).click(
-                    score, inputs=inputs, outputs=[best, table, chart, details], api_name="score", preprocess=False
-                )
+                # `/score` keeps its four inputs (API clients that post them stay valid); `/score_mode` adds the mode.
+                for name, given in (("score", inputs[:4]), ("score_mode", inputs)):
+                    gr.Button(visible=False).click(
+                        score, inputs=given, outputs=[best, table, chart, details], api_name=name, preprocess=False
+                    )
             build_video_tab(cache, selector_entries)
             build_compare_tab(cache, metrics, default_metrics=list(next(iter(choices.values()))))
         gr.api(list_models, api_name="list_models")

@@ -1,4 +1,5 @@
-"""modeling_pacs.heap: evaluate-captions fixes glibc's mmap threshold, so that large freed blocks leave the process."""
+"""modeling_pacs.heap: `evaluate-captions --low-memory` fixes glibc's mmap threshold, so that large freed blocks
+leave the process."""
 
 import subprocess
 import sys

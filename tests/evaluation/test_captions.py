@@ -369,3 +369,25 @@ def test_a_datasets_folder_gives_the_scores_of_its_image_files(coco_files, tmp_p
     with pytest.raises(SystemExit, match="holds several splits: pass the folder of one"):
         datasets.DatasetDict({"val": datasets.Dataset.from_dict(columns)}).save_to_disk(str(tmp_path / "dd"))
         main(["evaluate-captions", "--results", str(tmp_path / "dd"), "--metrics", "tiny:clip_s"])
+
+
+@pytest.mark.parametrize("low_memory", [False, True])
+def test_low_memory_fixes_the_mmap_threshold_and_changes_no_number(coco_files, report, low_memory, monkeypatch):
+    """`--low-memory` sets glibc's mmap threshold (process-wide, `modeling_pacs.heap`); without it nothing is set.
+    Either way the report is the one of the module's run."""
+    import modeling_pacs.heap as heap
+
+    calls = []
+    monkeypatch.setattr(heap, "return_large_blocks", lambda *args: calls.append(args) or True)
+    folder, results_file, annotations_file = coco_files
+    output = folder / f"report-{low_memory}.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        main(["evaluate-captions", "--results", str(results_file), "--annotations", str(annotations_file), "--images",
+              str(folder / "images"), "--metrics", ",".join(MODELS), "--output", str(output), "--no-progress",
+              "--device", "cpu", *(["--low-memory"] if low_memory else [])])  # fmt: skip
+    assert calls == ([()] if low_memory else [])
+    expected, _ = report
+    for item, row in zip(json.loads(output.read_text())["items"], expected["items"], strict=True):
+        for column, value in item.items():
+            if column.split("/")[0] in MODELS:
+                assert value == pytest.approx(row[column], abs=1e-6)

@@ -270,7 +270,9 @@ def test_the_guides_client_snippet_runs_against_the_tiny_space(space_url, space_
 
 def test_named_endpoints_and_model_list(client, space_models):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
-    assert set(endpoints) == {"/score", "/list_models", "/score_video", "/compare", "/list_metrics"}
+    assert set(endpoints) == {
+        "/score", "/score_mode", "/list_models", "/score_video", "/compare", "/compare_mode", "/list_metrics"
+    }  # fmt: skip
     assert client.predict(api_name="/list_models") == [space_models["local"], TINY_CHOICE]
     ngrams = ["bleu", "rouge_l"] if java_available() else []
     metrics = [space_models["local"], *TINY_METRICS, *ngrams]
@@ -913,7 +915,7 @@ def test_unexpected_errors_show_no_class_message_or_path(app, tmp_path, monkeypa
     upload = tmp_path / "uploads" / "red_circle.png"
     shutil.copy(RED_CIRCLE, upload)
 
-    def failing_score_request(request, models):
+    def failing_score_request(request, models, mode=None):
         raise error
 
     monkeypatch.setattr(app.ModelCache, "get", lambda cache, choice: None)
