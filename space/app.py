@@ -448,6 +448,18 @@ def check_scoring_mode_choice(mode: object, spec) -> str | None:
         raise gr.Error(str(error).replace(mode.strip(), shown(mode.strip())), title="Unknown scoring mode") from None
 
 
+def mode_radio(modes: tuple[str, ...], label: str, elem_id: str) -> gr.Radio:
+    """The scoring-mode choice: the first metric's modes, its first (default) mode chosen, hidden without modes."""
+    return gr.Radio(
+        choices=list(modes),
+        value=modes[0] if modes else None,
+        visible=bool(modes),
+        label=label,
+        info="per_item: each caption alone (the default); official: the authors' batching",
+        elem_id=elem_id,
+    )
+
+
 def mode_choice_update(spec) -> dict:
     """The "Scoring mode" choice for a metric: shown with its modes (the first, its default, chosen) only for a
     metric with several; hidden and empty otherwise."""
@@ -970,14 +982,7 @@ def build_compare_tab(cache: ModelCache, choices: dict[str, str], default_metric
                 first_modes = next(
                     (modes for modes in (scoring_modes(metric_spec(metric)) for metric in default_metrics) if modes), ()
                 )
-                mode = gr.Radio(
-                    choices=list(first_modes),
-                    value=first_modes[0] if first_modes else None,
-                    visible=bool(first_modes),
-                    label="Scoring mode (metrics that have several)",
-                    info="per_item: each caption alone (the default); official: the authors' batching",
-                    elem_id="compare-scoring-mode",
-                )
+                mode = mode_radio(first_modes, "Scoring mode (metrics that have several)", "compare-scoring-mode")
             with gr.Column():
                 captions = gr.Textbox(
                     lines=6,
@@ -1119,14 +1124,7 @@ def build_demo(
                             else "Pick a model or type the path of a local PAC-S++ model directory",
                         )
                         first_modes = scoring_modes(entry_spec(selector_entries[0]))
-                        mode = gr.Radio(
-                            choices=list(first_modes),
-                            value=first_modes[0] if first_modes else None,
-                            visible=bool(first_modes),
-                            label="Scoring mode",
-                            info="per_item: each caption alone (the default); official: the authors' batching",
-                            elem_id="scoring-mode",
-                        )
+                        mode = mode_radio(first_modes, "Scoring mode", "scoring-mode")
                     with gr.Column():
                         captions = gr.Textbox(
                             lines=6,

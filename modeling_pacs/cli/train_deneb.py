@@ -38,11 +38,11 @@ from modeling_pacs.deneb.training import (
     read_deneb_rows,
 )
 from modeling_pacs.errors import InputError
-from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.modeling_deneb import DenebModel
-from modeling_pacs.supervised.data import RowError, in_split, validate_rows
+from modeling_pacs.supervised.data import read_training_splits
+from modeling_pacs.supervised.training import train_and_save
 
 
 def data_layout(path: Path, layout: str | None) -> str:
@@ -99,15 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # Every row and image is checked before the model is built and any step runs.
     with reports_errors("train_deneb", ValueError, FileNotFoundError):  # RowError, TrainingDataError
-        splits = {}
-        for split, path in (("train", args.train), ("validation", args.validation)):
-            check_data_path(path, f"--{split}")
+
+        def read(path: Path) -> tuple[list[dict], str]:
             layout = data_layout(path, args.layout)
-            try:
-                rows = read_deneb_rows(path, layout, image_folder(path, layout, args.image_root))
-            except RowError as error:
-                raise in_split(error, split, path) from None
-            splits[split] = validate_rows(rows, path.name, split, layout, True, args.skip_bad_images)
+            return read_deneb_rows(path, layout, image_folder(path, layout, args.image_root)), layout
+
+        splits = read_training_splits(args.train, args.validation, read, args.skip_bad_images)
         check_data_path(args.resume_from_checkpoint, "--resume_from_checkpoint")
     model = load_model(args.model_name_or_path)
     if not isinstance(model, DenebModel):
@@ -131,12 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[callback],
         normalization=args.normalization,
     )
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    metrics = trainer.evaluate()
-    save_remote_code_model(trainer.model.eval(), args.output_dir / "final")
-    print(f"validation: {', '.join(f'{k} {v:.4f}' for k, v in metrics.items() if isinstance(v, float))}")
-    print(f"wrote {args.output_dir / 'final'}")
-    return 0
+    return train_and_save(trainer, args.resume_from_checkpoint, args.output_dir)
 
 
 if __name__ == "__main__":

@@ -26,9 +26,7 @@ from modeling_pacs.cli.arguments import (
     positive_int,
 )
 from modeling_pacs.cli.errors import reports_errors
-from modeling_pacs.data.validation import check_data_path
 from modeling_pacs.errors import InputError
-from modeling_pacs.hub import save_remote_code_model
 from modeling_pacs.loading import load_model
 from modeling_pacs.logs import setup_command_logging
 from modeling_pacs.models.modeling_polos import PolosModel
@@ -41,7 +39,8 @@ from modeling_pacs.polos.training import (
     prepare_polos_for_training,
     read_polaris,
 )
-from modeling_pacs.supervised.data import RowError, in_split, validate_rows
+from modeling_pacs.supervised.data import read_training_splits
+from modeling_pacs.supervised.training import train_and_save
 
 
 @reports_errors("train_polos")
@@ -79,15 +78,11 @@ def main(argv: list[str] | None = None) -> int:
 
     # Every row and image is checked before the model is built and any step runs.
     with reports_errors("train_polos", ValueError, FileNotFoundError):  # RowError, TrainingDataError
-        splits = {}
-        for split, path in (("train", args.train), ("validation", args.validation)):
-            check_data_path(path, f"--{split}")
-            layout = "polaris_csv" if path.suffix.lower() == ".csv" else "polaris"
-            try:
-                rows = read_polaris(path, args.image_root)
-            except RowError as error:
-                raise in_split(error, split, path) from None
-            splits[split] = validate_rows(rows, path.name, split, layout, True, args.skip_bad_images)
+
+        def read(path: Path) -> tuple[list[dict], str]:
+            return read_polaris(path, args.image_root), "polaris_csv" if path.suffix.lower() == ".csv" else "polaris"
+
+        splits = read_training_splits(args.train, args.validation, read, args.skip_bad_images)
     train, validation = splits["train"], splits["validation"]
     model = load_model(args.model_name_or_path)
     if not isinstance(model, PolosModel):
@@ -111,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         normalization=args.normalization,
         cache_features=args.cache_features,
     )
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
-    metrics = trainer.evaluate()
-    save_remote_code_model(trainer.model.eval(), args.output_dir / "final")
-    print(f"validation: {', '.join(f'{k} {v:.4f}' for k, v in metrics.items() if isinstance(v, float))}")
-    print(f"wrote {args.output_dir / 'final'}")
-    return 0
+    return train_and_save(trainer, args.resume_from_checkpoint, args.output_dir)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import csv
 import json
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from ..caption_files import csv_records
 from ..data.sources import ImageReference, ParquetSource, is_bytes_type, resolve_references
-from ..data.validation import check_caption, check_images, check_not_empty
+from ..data.validation import check_caption, check_data_path, check_images, check_not_empty
 from ..errors import InputError
 from ..input_paths import check_input_file
 
@@ -308,7 +308,26 @@ def split_paths(data_dir: str | Path, layout: str = "spica") -> dict[str, Path]:
     return {split: path for split, path in found.items() if path.is_file()}
 
 
+def read_training_splits(
+    train: Path, validation: Path, read: Callable[[Path], tuple[list[dict], str]], skip_bad_images: bool = False
+) -> dict[str, list[dict]]:
+    """`{"train": rows, "validation": rows}` as a training command (`train_polos.py`, `train_deneb.py`) checks them
+    before any model is built: each path checked (`--train`, `--validation`), read with `read(path) -> (rows,
+    layout)` (a reader's `RowError` gets the split and the fix, `in_split`), then `validate_rows` with the images
+    decoded (rows whose image does not decode dropped and counted with `skip_bad_images`)."""
+    splits = {}
+    for split, path in (("train", train), ("validation", validation)):
+        check_data_path(path, f"--{split}")
+        try:
+            rows, layout = read(path)
+        except RowError as error:
+            raise in_split(error, split, path) from None
+        splits[split] = validate_rows(rows, path.name, split, layout, True, skip_bad_images)
+    return splits
+
+
 __all__ = [
+    "read_training_splits",
     "LAYOUTS",
     "NO_REFS_SENTINEL",
     "RowError",

@@ -109,7 +109,22 @@ class SupervisedMetricTrainer(Trainer):
         return dataset
 
 
+def train_and_save(trainer: Trainer, resume_from_checkpoint: str | Path | None, output_dir: Path) -> int:
+    """A training command's last steps (`train_polos.py`, `train_deneb.py`): train (resuming from the checkpoint
+    when given), evaluate, save the model as a Hub-ready directory `output_dir/final` and print the validation
+    metrics and where it went. Returns the command's exit status (0)."""
+    from ..hub import save_remote_code_model
+
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    metrics = trainer.evaluate()
+    save_remote_code_model(trainer.model.eval(), output_dir / "final")
+    print(f"validation: {', '.join(f'{k} {v:.4f}' for k, v in metrics.items() if isinstance(v, float))}")
+    print(f"wrote {output_dir / 'final'}")
+    return 0
+
+
 __all__ = [
+    "train_and_save",
     "SupervisedMetricTrainer",
     "check_training_settings",
     "early_stopping_callback",
