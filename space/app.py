@@ -1052,8 +1052,7 @@ def build_demo(
         request = parse_request(image, captions_text, references_text)
         model = check_model(model)
         models = cache.get(model)
-        chosen = None if mode is None or mode == "" else check_scoring_mode_choice(mode, spec_of(models.pac_s))
-        table = score_request(request, models, chosen)
+        table = score_request(request, models, check_scoring_mode_choice(mode, spec_of(models.pac_s)))
         return (
             summary_text(table, models, random_weights=model == TINY_CHOICE),
             styled_table(table),

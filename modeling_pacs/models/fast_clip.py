@@ -126,30 +126,34 @@ def base_linear(linear: nn.Module) -> nn.Module:
     return getattr(linear, "base_layer", linear)
 
 
-UNSUPPORTED = "unsupported"
+def lora_supported(linear: nn.Module) -> bool:
+    """Whether the fast path computes this linear as transformers and PEFT do: a plain `nn.Linear` with a bias, or a
+    PEFT LoRA layer around one with its adapters enabled and unmerged, vanilla LoRA (no variant such as DoRA), no bias
+    on B. Reads no weights."""
+    base = base_linear(linear)
+    if type(base) is not nn.Linear or base.bias is None:
+        return False
+    if linear is base:
+        return True
+    if getattr(linear, "disable_adapters", True) or getattr(linear, "merged", True):
+        return False
+    return not any(
+        adapter in getattr(linear, "lora_variant", {}) or linear.lora_B[adapter].bias is not None
+        for adapter in linear.active_adapters
+        if adapter in linear.lora_A
+    )
 
 
 def lora_terms(linear: nn.Module):
-    """`(down [r, in], up [out, r] * scaling)` of a PEFT LoRA linear's active adapters (stacked), None for a plain
-    `nn.Linear`, `UNSUPPORTED` for what the fast path does not compute as PEFT does (adapters disabled or merged, a
-    LoRA variant such as DoRA, a bias on B, mixed-batch adapters, a base that is not `nn.Linear` with a bias)."""
+    """`(down [r, in], up [out, r] * scaling)` of a supported PEFT LoRA linear's active adapters (stacked), None for a
+    plain `nn.Linear` or a layer without an active adapter (`lora_supported` says which layers the path takes)."""
     if linear is base_linear(linear):
-        return None if type(linear) is nn.Linear and linear.bias is not None else UNSUPPORTED
-    base = base_linear(linear)
-    if type(base) is not nn.Linear or base.bias is None:
-        return UNSUPPORTED
-    if getattr(linear, "disable_adapters", True) or getattr(linear, "merged", True):
-        return UNSUPPORTED
-    downs, ups = [], []
-    for adapter in linear.active_adapters:
-        if adapter not in linear.lora_A:
-            continue
-        if adapter in getattr(linear, "lora_variant", {}) or linear.lora_B[adapter].bias is not None:
-            return UNSUPPORTED
-        downs.append(linear.lora_A[adapter].weight.detach())
-        ups.append(linear.lora_B[adapter].weight.detach() * linear.scaling[adapter])
-    if not downs:
         return None
+    adapters = [adapter for adapter in linear.active_adapters if adapter in linear.lora_A]
+    if not adapters:
+        return None
+    downs = [linear.lora_A[adapter].weight.detach() for adapter in adapters]
+    ups = [linear.lora_B[adapter].weight.detach() * linear.scaling[adapter] for adapter in adapters]
     return torch.cat(downs), torch.cat(ups, dim=1)
 
 
@@ -425,7 +429,7 @@ def tower_activation(tower: nn.Module) -> str | None:
     if activation not in ACTIVATIONS:
         return None
     for layer in tower.encoder.layers:
-        if any(lora_terms(linear) is UNSUPPORTED for linear in layer_linears(layer)):
+        if not all(lora_supported(linear) for linear in layer_linears(layer)):
             return None
     return activation
 

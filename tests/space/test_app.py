@@ -21,6 +21,7 @@ import urllib.request
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -918,7 +919,8 @@ def test_unexpected_errors_show_no_class_message_or_path(app, tmp_path, monkeypa
     def failing_score_request(request, models, mode=None):
         raise error
 
-    monkeypatch.setattr(app.ModelCache, "get", lambda cache, choice: None)
+    pac_s_pp = SimpleNamespace(config=SimpleNamespace(model_type="pac_s_pp"))  # what the mode check reads
+    monkeypatch.setattr(app.ModelCache, "get", lambda cache, choice: SimpleNamespace(pac_s=pac_s_pp))
     monkeypatch.setattr(app, "score_request", failing_score_request)
     demo = app.build_demo(tiny=True, public=True)
     score_function = next(function.fn for function in demo.fns.values() if function.api_name == "score")
